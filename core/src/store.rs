@@ -1,0 +1,191 @@
+//! The storage plug-in: an ordered key-value store with atomic write batches.
+//!
+//! The trait is deliberately small so that any ordered key-value store can carry the broker (an
+//! in-memory map, RocksDB, later a distributed transactional KV). The core owns the key layout
+//! ([`crate::keys`]) and the record encodings ([`crate::codec`]); a store sees opaque bytes.
+//!
+//! **Architecture Invariant:** a store never interprets keys or values. It orders keys
+//! lexicographically by their bytes, applies a [`WriteBatch`] all-or-nothing, and when
+//! [`Store::write`] returns `Ok` the batch is durable to the store's promise (a memory store
+//! promises nothing across restarts; RocksDB promises the WAL was synced).
+
+use std::fmt;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+/// One operation of a [`WriteBatch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchOp {
+    /// Sets `key` to `value`, replacing any previous value.
+    Put { key: Bytes, value: Bytes },
+    /// Removes `key`; removing a missing key is not an error.
+    Delete { key: Bytes },
+    /// Removes every key `k` with `start <= k < end`.
+    DeleteRange { start: Bytes, end: Bytes },
+}
+
+/// Puts and deletes applied atomically, in order: a later operation on the same key wins.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    ops: Vec<BatchOp>,
+}
+
+impl WriteBatch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn put(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) {
+        self.ops.push(BatchOp::Put { key: key.into(), value: value.into() });
+    }
+
+    pub fn delete(&mut self, key: impl Into<Bytes>) {
+        self.ops.push(BatchOp::Delete { key: key.into() });
+    }
+
+    pub fn delete_range(&mut self, start: impl Into<Bytes>, end: impl Into<Bytes>) {
+        self.ops.push(BatchOp::DeleteRange { start: start.into(), end: end.into() });
+    }
+
+    /// Moves every operation of `other` to the end of this batch.
+    pub fn append(&mut self, other: &mut WriteBatch) {
+        self.ops.append(&mut other.ops);
+    }
+
+    pub fn ops(&self) -> &[BatchOp] {
+        &self.ops
+    }
+
+    pub fn into_ops(self) -> Vec<BatchOp> {
+        self.ops
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+}
+
+/// A key and its value, as returned by [`Store::scan`].
+pub type KeyValue = (Bytes, Bytes);
+
+/// Whether a store can serve requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreHealth {
+    Healthy,
+    /// The store cannot serve requests now; the core treats its partitions as unavailable and
+    /// retries later.
+    Unavailable,
+}
+
+/// What went wrong, as something a caller can branch on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreErrorKind {
+    /// The store (or the part of it holding the key) cannot serve now. Retriable.
+    Unavailable,
+    /// Stored data is damaged. Not retriable.
+    Corrupted,
+    /// The request itself is invalid (for example an inverted range). Not retriable.
+    InvalidInput,
+    /// Anything else the store reports. Not retriable.
+    Other,
+}
+
+/// A store failure: a kind to branch on and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("store {kind}: {message}")]
+pub struct StoreError {
+    pub kind: StoreErrorKind,
+    pub message: String,
+}
+
+impl StoreError {
+    pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StoreErrorKind::Unavailable, message)
+    }
+
+    pub fn corrupted(message: impl Into<String>) -> Self {
+        Self::new(StoreErrorKind::Corrupted, message)
+    }
+
+    pub fn is_retriable(&self) -> bool {
+        self.kind == StoreErrorKind::Unavailable
+    }
+}
+
+impl fmt::Display for StoreErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StoreErrorKind::Unavailable => "unavailable",
+            StoreErrorKind::Corrupted => "corrupted",
+            StoreErrorKind::InvalidInput => "invalid input",
+            StoreErrorKind::Other => "error",
+        })
+    }
+}
+
+/// An ordered key-value store with atomic write batches.
+///
+/// Object-safe, so a binary can choose its store at run time (`Arc<dyn Store>`).
+#[async_trait]
+pub trait Store: Send + Sync + fmt::Debug + 'static {
+    /// Returns the value stored under `key`, or `None`.
+    ///
+    /// # Behavior
+    /// Sees every batch whose `write` has returned `Ok` (read-your-writes).
+    async fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError>;
+
+    /// Returns up to `limit` pairs with `start <= key < end`, in ascending key order.
+    ///
+    /// # Behavior
+    /// An empty `end` means "no upper bound". `start > end` (with a non-empty `end`) returns an
+    /// empty result. The result is a consistent view: no batch is seen half-applied. Callers
+    /// page through large ranges by calling again from the last key returned plus a zero byte.
+    async fn scan(&self, start: &[u8], end: &[u8], limit: usize)
+        -> Result<Vec<KeyValue>, StoreError>;
+
+    /// Applies every operation of `batch`, in order, atomically.
+    ///
+    /// # Behavior
+    /// All-or-nothing: on `Err` no operation is visible, on `Ok` all are. Durable when it
+    /// returns `Ok`, to the store's promise (see the module docs). Concurrent writers may be
+    /// grouped into one sync (group commit); that is the store's business.
+    async fn write(&self, batch: WriteBatch) -> Result<(), StoreError>;
+
+    /// Whether the store can serve requests now. Cheap; called on hot paths.
+    fn health(&self) -> StoreHealth;
+}
+
+/// The smallest key greater than every key that starts with `prefix`, for use as a scan's `end`.
+/// Returns an empty vector (no upper bound) when the prefix is all `0xff` bytes.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    Vec::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn prefix_end_increments_last_byte_and_drops_trailing_ff() {
+        assert_eq!(prefix_end(b"ab"), b"ac".to_vec());
+        assert_eq!(prefix_end(&[1, 0xff, 0xff]), vec![2]);
+        assert_eq!(prefix_end(&[0xff]), Vec::<u8>::new());
+        assert_eq!(prefix_end(&[]), Vec::<u8>::new());
+    }
+}

@@ -1,0 +1,1 @@
+//! Test support for store implementations (feature `testing`).

@@ -1,0 +1,1 @@
+//! ironbus-store-memory.
