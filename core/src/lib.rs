@@ -1,4 +1,44 @@
-//! ironbus-core: the broker engine.
+//! ironbus-core: the broker engine. Azure Service Bus semantics — queues, partitioning,
+//! peek-lock, dead-lettering, TTL, scheduling, deferral, duplicate detection — over a pluggable
+//! ordered key-value [`Store`](store::Store).
+//!
+//! Pure: no sockets, no files, no threads of its own. It runs its partition actors on the
+//! caller's tokio runtime and reads time from a [`Clock`](clock::Clock).
+//!
+//! - [`Broker`] is the handle transports call: management, send, receive, settle, peek.
+//! - Each partition of an entity is an actor ([`partition`]) that owns its state and writes it
+//!   through to the store, one write per cycle.
+//! - The rules that need no I/O are plain functions and types: [`router`], [`dedup`],
+//!   [`description`] validation.
+
+pub mod broker;
+pub mod clock;
+pub mod codec;
+pub mod dedup;
+pub mod description;
+pub mod error;
+pub mod keys;
+pub mod message;
+pub mod metrics;
+mod partition;
+pub mod receiver;
+pub mod router;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod types;
+
+pub use broker::{Availability, Broker, EntityAddress, QueueInfo, QueueRuntime};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use description::{EntityStatus, NamespaceLimits, QueueDescription};
+pub use error::{BrokerError, Result};
+pub use message::{
+    ApplicationProperties, BrokerProperties, Disposition, Message, MessageLock, MessageProperties,
+    MessageState, PropertyValue, ReceivedMessage,
+};
+pub use partition::SendOutcome;
+pub use receiver::Receiver;
+pub use store::{Store, StoreError, StoreErrorKind, WriteBatch};
+pub use types::{
+    EntityName, LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp,
+};

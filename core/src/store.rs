@@ -21,7 +21,9 @@ pub enum BatchOp {
     Put { key: Bytes, value: Bytes },
     /// Removes `key`; removing a missing key is not an error.
     Delete { key: Bytes },
-    /// Removes every key `k` with `start <= k < end`.
+    /// Removes every key `k` with `start <= k < end`: exactly the keys [`Store::scan`] would
+    /// return for the same bounds (an empty `end` means no upper bound; an inverted range
+    /// removes nothing).
     DeleteRange { start: Bytes, end: Bytes },
 }
 
@@ -149,8 +151,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// An empty `end` means "no upper bound". `start > end` (with a non-empty `end`) returns an
     /// empty result. The result is a consistent view: no batch is seen half-applied. Callers
     /// page through large ranges by calling again from the last key returned plus a zero byte.
-    async fn scan(&self, start: &[u8], end: &[u8], limit: usize)
-        -> Result<Vec<KeyValue>, StoreError>;
+    async fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StoreError>;
 
     /// Applies every operation of `batch`, in order, atomically.
     ///

@@ -1,1 +1,127 @@
 //! Test support for store implementations (feature `testing`).
+//!
+//! - [`conformance`]: the behaviours every [`Store`](crate::store::Store) must show, one async
+//!   function each, and [`store_conformance_suite!`](crate::store_conformance_suite), which
+//!   turns them into one named test per case. Every store crate invokes it once.
+//! - [`FaultyStore`]: wraps a store and injects outages (whole store, one key prefix, the next
+//!   few writes), for testing how the core copes with a failing store.
+//! - [`TempDir`]: a unique scratch directory for stores that live on disk.
+
+pub mod conformance;
+mod faulty;
+mod temp_dir;
+
+pub use faulty::FaultyStore;
+pub use temp_dir::TempDir;
+
+/// Expands to a module `$suite` with one `#[tokio::test]` per conformance case, named after the
+/// case (see [`testing::conformance`](crate::testing::conformance)).
+///
+/// ```ignore
+/// // Every case runs against a fresh store from the closure.
+/// ironbus_core::store_conformance_suite!(memory, || async { Arc::new(MemoryStore::new()) });
+///
+/// // A durable store adds the durability cases, which drop a store and open it again at the
+/// // same directory.
+/// ironbus_core::store_conformance_suite!(
+///     rocksdb,
+///     || async { Arc::new(RocksStore::open(TempDir::new("rocks").keep()).unwrap()) },
+///     durable: |dir: PathBuf| async move { Arc::new(RocksStore::open(dir).unwrap()) },
+/// );
+/// ```
+///
+/// The first closure returns a future of `Arc<S>` for some `S: Store` (or `Arc<dyn Store>`);
+/// the `durable:` closure takes the directory and returns the same. Names in the closures
+/// resolve as at the invocation site. The invoking crate needs `tokio` (features `macros` and
+/// `rt-multi-thread`) as a dev-dependency; the tests run on a two-thread runtime so that the
+/// concurrency cases are concurrent.
+#[macro_export]
+macro_rules! store_conformance_suite {
+    ($suite:ident, $open:expr $(, durable: $open_at:expr)? $(,)?) => {
+        mod $suite {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $crate::store_conformance_suite!(@cases $open;
+                // Keep in step with the cases in `testing/conformance.rs` (a test checks).
+                get_missing_key_returns_none,
+                put_then_get_returns_value,
+                put_overwrites_previous_value,
+                empty_value_is_not_a_missing_key,
+                delete_removes_key,
+                delete_missing_key_is_ok,
+                large_value_round_trips,
+                healthy_store_reports_healthy,
+                empty_batch_is_ok,
+                batch_applies_every_operation,
+                later_op_in_batch_wins,
+                delete_range_removes_half_open_range,
+                delete_range_with_empty_end_is_unbounded,
+                inverted_delete_range_removes_nothing,
+                scan_returns_keys_in_byte_order,
+                scan_respects_bounds_and_limit,
+                scan_pages_from_last_key_plus_zero_byte,
+                scan_with_empty_end_is_unbounded,
+                scan_inverted_range_is_empty,
+                prefix_scan_with_prefix_end,
+                keys_with_ff_and_zero_bytes_order_correctly,
+                concurrent_writers_all_land,
+                scan_never_sees_half_applied_batch,
+                model_based_random_ops_match_btreemap,
+            );
+            $(
+                $crate::store_conformance_suite!(@durable $open_at;
+                    data_survives_reopen,
+                    batch_survives_reopen_atomically,
+                    delete_range_survives_reopen,
+                );
+            )?
+        }
+    };
+    (@cases $open:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let store = ($open)().await;
+                $crate::testing::conformance::$case(store).await;
+            }
+        )+
+    };
+    (@durable $open_at:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                $crate::testing::conformance::$case($open_at).await;
+            }
+        )+
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every public case of the suite is in the macro, and every name in the macro is a case.
+    #[test]
+    fn macro_lists_every_conformance_case() {
+        let cases: Vec<&str> = include_str!("testing/conformance.rs")
+            .lines()
+            .filter_map(|line| line.strip_prefix("pub async fn "))
+            .map(|rest| rest.split(['(', '<']).next().unwrap_or_default())
+            .collect();
+        assert!(cases.len() > 20, "found too few cases: {cases:?}");
+        let source = include_str!("testing.rs");
+        let start = source.find("macro_rules! store_conformance_suite").expect("macro");
+        let end = source[start..].find("(@cases $open:expr").expect("end of list") + start;
+        let listed: Vec<&str> = source[start..end]
+            .lines()
+            .map(|line| line.trim().trim_end_matches(','))
+            .filter(|word| {
+                !word.is_empty() && word.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            })
+            .collect();
+        let mut sorted_cases = cases.clone();
+        sorted_cases.sort_unstable();
+        let mut sorted_listed = listed.clone();
+        sorted_listed.sort_unstable();
+        assert_eq!(sorted_listed, sorted_cases, "macro list vs conformance.rs cases");
+    }
+}

@@ -1,1 +1,103 @@
-fn main() {}
+//! The ironbus developer tasks, run as `cargo xtask <task>` (an alias in `.cargo/config.toml`).
+//!
+//! Follows rust-analyzer's xtask convention: plain Rust instead of shell scripts, few
+//! dependencies (`anyhow`, `serde_json`; arguments are parsed by hand), and every external tool
+//! is run through `std::process::Command`.
+//!
+//! Invariants:
+//! - Tasks run from the workspace root, whatever the caller's directory.
+//! - Tasks use the `cargo` that runs xtask (`$CARGO`), so one toolchain does everything.
+//! - Every command is echoed to stderr before it runs; a failing task names the failed step.
+//!
+//! `tidy` holds workspace invariants as plain `#[test]`s, so `cargo test --workspace` enforces them.
+
+mod bench;
+mod ci;
+#[cfg(test)]
+mod tidy;
+
+use std::{
+    env,
+    ffi::OsString,
+    path::Path,
+    process::{Command, ExitCode},
+};
+
+use anyhow::{bail, Context, Result};
+
+const USAGE: &str = "\
+usage: cargo xtask <task>
+
+tasks:
+    ci                  check formatting, run clippy with -D warnings, run all tests
+    bench core [ARGS]   run ironbus-core's throughput benchmark; ARGS go to the benchmark
+    help                print this message
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let (task, rest) = match args.split_first() {
+        Some((task, rest)) => (task.as_str(), rest),
+        None => ("help", &[][..]),
+    };
+    let outcome = match task {
+        "ci" => ci::run(rest),
+        "bench" => bench::run(rest),
+        "help" | "-h" | "--help" => {
+            print_usage();
+            Ok(())
+        }
+        unknown => {
+            eprint!("xtask: unknown task `{unknown}`\n\n{USAGE}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[allow(clippy::print_stdout, reason = "asked-for help goes to stdout")]
+fn print_usage() {
+    print!("{USAGE}");
+}
+
+/// The workspace root: the parent of this crate's directory.
+fn workspace_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask/ lives inside the workspace root")
+}
+
+/// A `cargo` command at the workspace root, using the cargo that runs xtask.
+fn cargo() -> Command {
+    let program = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut cmd = Command::new(program);
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
+/// Runs `cargo <args>` at the workspace root after echoing it; an error names `step`.
+fn run_cargo<S: AsRef<str>>(step: &str, args: &[S]) -> Result<()> {
+    let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
+    let shown = format!("cargo {}", args.join(" "));
+    eprintln!("$ {shown}");
+    let status = cargo()
+        .args(&args)
+        .status()
+        .with_context(|| format!("{step}: could not start `{shown}`"))?;
+    if !status.success() {
+        bail!("{step} failed ({status}): `{shown}`");
+    }
+    Ok(())
+}
+
+/// Fails when a task that takes no arguments is given some.
+fn no_arguments(task: &str, args: &[String]) -> Result<()> {
+    if !args.is_empty() {
+        bail!("`{task}` takes no arguments, got `{}` (see `cargo xtask help`)", args.join(" "));
+    }
+    Ok(())
+}

@@ -1,0 +1,761 @@
+//! The broker: the handle transports call. It holds the namespace (entities and their
+//! partitions), routes each operation to the partitions it concerns, and runs management.
+//!
+//! **Architecture Invariant:** the broker decides *where* (which entity, which partition);
+//! partitions decide *what* (the Service Bus rules on their messages). An entity's record is the
+//! commit point of create and delete: partitions exist in the store only under a live entity id.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::oneshot;
+
+use crate::clock::Clock;
+use crate::codec::{self, EntityKind, EntityRecord};
+use crate::description::{validate_entity_name, NamespaceLimits, QueueDescription};
+use crate::error::{BrokerError, Result};
+use crate::keys::{self, EntityId};
+use crate::message::{Disposition, Message, ReceivedMessage};
+use crate::partition::{
+    self, Command, PartitionContext, PartitionCounts, PartitionHandle, SendOutcome,
+};
+use crate::receiver::Receiver;
+use crate::router::{self, RoundRobin};
+use crate::store::{Store, WriteBatch};
+use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp};
+
+/// The name of the dead-letter sub-queue in addresses.
+pub const DEAD_LETTER_QUEUE: &str = "$DeadLetterQueue";
+
+/// What an operation addresses: an entity and one of its sub-queues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntityAddress {
+    pub entity: String,
+    pub queue: SubQueue,
+}
+
+impl EntityAddress {
+    /// Parses `name` or `name/$DeadLetterQueue` (case-insensitive).
+    pub fn parse(path: &str) -> Self {
+        let path = path.trim_matches('/');
+        if let Some((entity, last)) = path.rsplit_once('/') {
+            if last.eq_ignore_ascii_case(DEAD_LETTER_QUEUE) {
+                return EntityAddress { entity: entity.to_owned(), queue: SubQueue::DeadLetter };
+            }
+        }
+        EntityAddress { entity: path.to_owned(), queue: SubQueue::Main }
+    }
+}
+
+impl From<&str> for EntityAddress {
+    fn from(path: &str) -> Self {
+        EntityAddress::parse(path)
+    }
+}
+
+/// A queue's description and bookkeeping, as management returns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueInfo {
+    pub name: String,
+    pub description: QueueDescription,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// Whether every partition of an entity can serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Availability {
+    Available,
+    /// At least one partition is unavailable; operations pinned to it fail, the rest go on.
+    Limited,
+}
+
+/// A queue's runtime counts, summed over its partitions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueRuntime {
+    pub name: String,
+    pub active_message_count: u64,
+    pub dead_letter_message_count: u64,
+    pub scheduled_message_count: u64,
+    pub deferred_message_count: u64,
+    pub transfer_message_count: u64,
+    pub transfer_dead_letter_message_count: u64,
+    /// Total messages (active, deferred, scheduled, dead-lettered).
+    pub total_message_count: u64,
+    pub size_in_bytes: u64,
+    pub availability: Availability,
+    /// Partitions that could not answer (their counts are missing from the sums).
+    pub unavailable_partitions: Vec<PartitionId>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// An entity and its running partitions.
+pub(crate) struct EntityHandle {
+    pub(crate) id: EntityId,
+    pub(crate) name: String,
+    record: RwLock<EntityRecord>,
+    pub(crate) partitions: Vec<PartitionHandle>,
+    round_robin: RoundRobin,
+}
+
+impl fmt::Debug for EntityHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EntityHandle").field("id", &self.id).field("name", &self.name).finish()
+    }
+}
+
+impl EntityHandle {
+    fn record(&self) -> EntityRecord {
+        self.record.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn description(&self) -> QueueDescription {
+        match self.record().kind {
+            EntityKind::Queue(d) => d,
+        }
+    }
+
+    fn partition(&self, id: PartitionId) -> Option<&PartitionHandle> {
+        self.partitions.get(usize::from(id.0))
+    }
+
+    fn partitioned(&self) -> bool {
+        self.description().enable_partitioning
+    }
+
+    fn close(&self) {
+        for p in &self.partitions {
+            p.try_send(Command::Close);
+        }
+    }
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    limits: NamespaceLimits,
+    entities: RwLock<HashMap<String, Arc<EntityHandle>>>,
+    /// Serializes management operations (create, update, delete).
+    management: tokio::sync::Mutex<()>,
+    next_entity_id: AtomicU64,
+    next_receiver_id: AtomicU64,
+}
+
+/// The broker engine. Cheap to clone; every clone is the same broker.
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Broker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Broker").field("store", &self.inner.store).finish_non_exhaustive()
+    }
+}
+
+impl Broker {
+    /// Opens the broker on `store`: loads every entity and starts its partitions, which rebuild
+    /// their state from the store. Must run inside a tokio runtime.
+    pub async fn open(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        limits: NamespaceLimits,
+    ) -> Result<Broker> {
+        let next_entity_id = match store.get(&keys::next_entity_id()).await? {
+            Some(v) => codec::decode_partition(&v)?,
+            None => 1,
+        };
+        let inner = Arc::new(Inner {
+            store,
+            clock,
+            limits,
+            entities: RwLock::new(HashMap::new()),
+            management: tokio::sync::Mutex::new(()),
+            next_entity_id: AtomicU64::new(next_entity_id),
+            next_receiver_id: AtomicU64::new(1),
+        });
+        let broker = Broker { inner };
+        let prefix = keys::entities_prefix();
+        let end = crate::store::prefix_end(&prefix);
+        let mut start = prefix.to_vec();
+        loop {
+            let page = broker.inner.store.scan(&start, &end, 256).await?;
+            for (_, value) in &page {
+                let record = codec::decode_entity(value)?;
+                let handle = broker.start_entity(record);
+                broker.entities_mut().insert(handle.name.to_lowercase(), handle);
+            }
+            match page.last() {
+                Some((last, _)) if page.len() == 256 => {
+                    start = last.to_vec();
+                    start.push(0);
+                }
+                _ => break,
+            }
+        }
+        crate::metrics::describe();
+        Ok(broker)
+    }
+
+    /// The broker's clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    /// Stops every partition. Receivers see the end of their stream.
+    pub fn shutdown(&self) {
+        for entity in self.entities().values() {
+            entity.close();
+        }
+    }
+
+    fn entities(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<EntityHandle>>> {
+        self.inner.entities.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn entities_mut(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Arc<EntityHandle>>> {
+        self.inner.entities.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn entity(&self, name: &str) -> Result<Arc<EntityHandle>> {
+        self.entities()
+            .get(&name.to_lowercase())
+            .cloned()
+            .ok_or_else(|| BrokerError::EntityNotFound { entity: name.to_owned() })
+    }
+
+    fn start_entity(&self, record: EntityRecord) -> Arc<EntityHandle> {
+        let EntityKind::Queue(description) = &record.kind;
+        let description = Arc::new(description.clone());
+        let partitions = (0..description.partitions())
+            .map(|p| {
+                partition::spawn(PartitionContext {
+                    entity_id: record.id,
+                    entity_name: record.name.clone(),
+                    partition: PartitionId(p),
+                    description: description.clone(),
+                    store: self.inner.store.clone(),
+                    clock: self.inner.clock.clone(),
+                })
+            })
+            .collect();
+        Arc::new(EntityHandle {
+            id: record.id,
+            name: record.name.clone(),
+            record: RwLock::new(record),
+            partitions,
+            round_robin: RoundRobin::default(),
+        })
+    }
+
+    // ---- management ----
+
+    /// Creates a queue. Validates the name and every field, enforces the namespace quotas, and
+    /// writes the queue and all its partitions in one atomic store write.
+    pub async fn create_queue(
+        &self,
+        name: &str,
+        description: QueueDescription,
+    ) -> Result<QueueInfo> {
+        validate_entity_name(name)?;
+        description.validate()?;
+        let _guard = self.inner.management.lock().await;
+        {
+            let entities = self.entities();
+            if entities.contains_key(&name.to_lowercase()) {
+                return Err(BrokerError::EntityAlreadyExists { entity: name.to_owned() });
+            }
+            let limits = self.inner.limits;
+            if entities.len() >= limits.max_entities {
+                return Err(BrokerError::QuotaExceeded(format!(
+                    "the namespace already has the maximum of {} entities",
+                    limits.max_entities
+                )));
+            }
+            let partitioned = entities.values().filter(|e| e.partitioned()).count();
+            if description.enable_partitioning && partitioned >= limits.max_partitioned_entities {
+                return Err(BrokerError::QuotaExceeded(format!(
+                    "the namespace already has the maximum of {} partitioned entities",
+                    limits.max_partitioned_entities
+                )));
+            }
+        }
+        self.check_forward_targets(name, &description)?;
+        let now = self.inner.clock.now();
+        let id = self.inner.next_entity_id.load(Ordering::Acquire);
+        let record = EntityRecord {
+            id,
+            name: name.to_owned(),
+            kind: EntityKind::Queue(description.clone()),
+            created_at: now,
+            updated_at: now,
+        };
+        let mut batch = WriteBatch::new();
+        for p in 0..description.partitions() {
+            batch.put(keys::partition_record(id, PartitionId(p)), codec::encode_partition(0));
+        }
+        batch.put(keys::next_entity_id(), codec::encode_partition(id + 1));
+        batch.put(keys::entity(&name.to_lowercase()), codec::encode_entity(&record));
+        self.inner.store.write(batch).await?;
+        self.inner.next_entity_id.store(id + 1, Ordering::Release);
+        let handle = self.start_entity(record.clone());
+        self.entities_mut().insert(name.to_lowercase(), handle);
+        tracing::info!(entity = %name, partitions = description.partitions(), "queue created");
+        Ok(queue_info(&record))
+    }
+
+    fn check_forward_targets(&self, name: &str, description: &QueueDescription) -> Result<()> {
+        for (field, target) in [
+            ("ForwardTo", &description.forward_to),
+            ("ForwardDeadLetteredMessagesTo", &description.forward_dead_lettered_messages_to),
+        ] {
+            let Some(target) = target else { continue };
+            if target.eq_ignore_ascii_case(name) {
+                return Err(BrokerError::invalid(field, "an entity cannot forward to itself"));
+            }
+            if !self.entities().contains_key(&target.to_lowercase()) {
+                return Err(BrokerError::invalid(
+                    field,
+                    format!("the destination entity {target} does not exist"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A queue's description.
+    pub async fn get_queue(&self, name: &str) -> Result<QueueInfo> {
+        Ok(queue_info(&self.entity(name)?.record()))
+    }
+
+    /// Every queue, ordered by name, from `skip`, at most `top`.
+    pub async fn list_queues(&self, skip: usize, top: usize) -> Result<Vec<QueueInfo>> {
+        let mut records: Vec<EntityRecord> = self.entities().values().map(|e| e.record()).collect();
+        records.sort_by_key(|r| r.name.to_lowercase());
+        Ok(records.iter().skip(skip).take(top).map(queue_info).collect())
+    }
+
+    /// A queue's counts summed over its partitions, and whether all of them can serve.
+    pub async fn get_queue_runtime(&self, name: &str) -> Result<QueueRuntime> {
+        let entity = self.entity(name)?;
+        let record = entity.record();
+        let mut total = PartitionCounts::default();
+        let mut unavailable = Vec::new();
+        let answers = ask_all(&entity, |reply| Command::Counts { reply }).await;
+        for (partition, answer) in entity.partitions.iter().zip(answers) {
+            match answer {
+                Ok(c) => {
+                    total.active += c.active;
+                    total.deferred += c.deferred;
+                    total.scheduled += c.scheduled;
+                    total.dead_lettered += c.dead_lettered;
+                    total.size_bytes += c.size_bytes;
+                }
+                Err(_) => unavailable.push(partition.id),
+            }
+        }
+        Ok(QueueRuntime {
+            name: record.name.clone(),
+            active_message_count: total.active,
+            dead_letter_message_count: total.dead_lettered,
+            scheduled_message_count: total.scheduled,
+            deferred_message_count: total.deferred,
+            transfer_message_count: 0,
+            transfer_dead_letter_message_count: 0,
+            total_message_count: total.active
+                + total.deferred
+                + total.scheduled
+                + total.dead_lettered,
+            size_in_bytes: total.size_bytes,
+            availability: if unavailable.is_empty() {
+                Availability::Available
+            } else {
+                Availability::Limited
+            },
+            unavailable_partitions: unavailable,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+        })
+    }
+
+    /// Fails with the first unavailable partition's error unless every partition answers.
+    async fn require_all_partitions(&self, entity: &EntityHandle) -> Result<()> {
+        for answer in ask_all(entity, |reply| Command::Counts { reply }).await {
+            answer?;
+        }
+        Ok(())
+    }
+
+    /// Replaces a queue's description. The properties fixed at creation must not change; every
+    /// partition must be available.
+    pub async fn update_queue(
+        &self,
+        name: &str,
+        description: QueueDescription,
+    ) -> Result<QueueInfo> {
+        let _guard = self.inner.management.lock().await;
+        let entity = self.entity(name)?;
+        let mut record = entity.record();
+        let EntityKind::Queue(current) = &record.kind;
+        current.validate_update(&description)?;
+        self.check_forward_targets(&entity.name, &description)?;
+        self.require_all_partitions(&entity).await?;
+        record.kind = EntityKind::Queue(description.clone());
+        record.updated_at = self.inner.clock.now();
+        let mut batch = WriteBatch::new();
+        batch.put(keys::entity(&name.to_lowercase()), codec::encode_entity(&record));
+        self.inner.store.write(batch).await?;
+        *entity.record.write().unwrap_or_else(|e| e.into_inner()) = record.clone();
+        let shared = Arc::new(description);
+        for p in &entity.partitions {
+            p.send(Command::Update(shared.clone())).await;
+        }
+        Ok(queue_info(&record))
+    }
+
+    /// Deletes a queue and every message in it. Every partition must be available.
+    pub async fn delete_queue(&self, name: &str) -> Result<()> {
+        let _guard = self.inner.management.lock().await;
+        let entity = self.entity(name)?;
+        self.require_all_partitions(&entity).await?;
+        let mut batch = WriteBatch::new();
+        batch.delete(keys::entity(&name.to_lowercase()));
+        let prefix = keys::entity_prefix(entity.id);
+        batch.delete_range(prefix.clone(), crate::store::prefix_end(&prefix));
+        self.inner.store.write(batch).await?;
+        self.entities_mut().remove(&name.to_lowercase());
+        entity.close();
+        tracing::info!(entity = %name, "queue deleted");
+        Ok(())
+    }
+
+    // ---- sending ----
+
+    /// Sends messages to a queue. Each goes to the partition the router picks; keyless messages
+    /// of one call go together to the next partition in turn that is available.
+    ///
+    /// Returns, per message, its sequence number or that it was dropped as a duplicate.
+    pub async fn send(
+        &self,
+        address: impl Into<EntityAddress>,
+        messages: Vec<Message>,
+    ) -> Result<Vec<SendOutcome>> {
+        let address = address.into();
+        let entity = self.entity(&address.entity)?;
+        let description = entity.description();
+        if address.queue != SubQueue::Main {
+            return Err(BrokerError::InvalidOperation(
+                "messages cannot be sent to a dead-letter queue".into(),
+            ));
+        }
+        if !description.status.can_send() {
+            return Err(BrokerError::EntityDisabled {
+                entity: entity.name.clone(),
+                status: description.status.as_str(),
+            });
+        }
+        let max = description.max_message_size();
+        let mut incoming = 0u64;
+        for m in &messages {
+            let size = m.size();
+            if size > max {
+                return Err(BrokerError::MessageSizeExceeded { size, max });
+            }
+            incoming += size as u64;
+        }
+        let used: u64 = entity.partitions.iter().map(|p| p.shared.size_bytes()).sum();
+        let limit = description.max_size_in_megabytes.saturating_mul(1024 * 1024);
+        if used + incoming > limit {
+            return Err(BrokerError::QuotaExceeded(format!(
+                "{} is full: {used} of {limit} bytes used",
+                entity.name
+            )));
+        }
+
+        // Group by partition, remembering each message's place.
+        let count = messages.len();
+        let mut keyed: HashMap<PartitionId, (Vec<usize>, Vec<Message>)> = HashMap::new();
+        let mut keyless: (Vec<usize>, Vec<Message>) = (Vec::new(), Vec::new());
+        for (i, message) in messages.into_iter().enumerate() {
+            let group = if description.enable_partitioning {
+                match router::partition_key(
+                    &message.properties,
+                    description.requires_duplicate_detection,
+                )? {
+                    Some(key) => keyed
+                        .entry(router::partition_for_key(key, description.partitions()))
+                        .or_default(),
+                    None => &mut keyless,
+                }
+            } else {
+                keyed.entry(PartitionId(0)).or_default()
+            };
+            group.0.push(i);
+            group.1.push(message);
+        }
+
+        let mut outcomes = vec![SendOutcome::Duplicate; count];
+        let mut pending = Vec::with_capacity(keyed.len());
+        for (partition, (places, messages)) in keyed {
+            let handle = entity.partition(partition).expect("router stays within the entity");
+            let (tx, rx) = oneshot::channel();
+            handle.send(Command::Send { messages, reply: tx }).await;
+            pending.push((places, rx));
+        }
+        let mut first_error = None;
+        if !keyless.1.is_empty() {
+            match self.send_round_robin(&entity, keyless.1).await {
+                Ok(done) => place(&mut outcomes, &keyless.0, done),
+                Err(e) => first_error = Some(e),
+            }
+        }
+        for (places, rx) in pending {
+            match rx.await.unwrap_or(Err(BrokerError::ShuttingDown)) {
+                Ok(done) => place(&mut outcomes, &places, done),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(outcomes),
+        }
+    }
+
+    /// Sends keyless messages to the next partition in turn, skipping unavailable ones: those
+    /// known to be unavailable first, and those that turn out to be so on the way.
+    async fn send_round_robin(
+        &self,
+        entity: &EntityHandle,
+        messages: Vec<Message>,
+    ) -> Result<Vec<SendOutcome>> {
+        let order: Vec<PartitionId> =
+            entity.round_robin.order(entity.partitions.len() as u16).collect();
+        let (up, down): (Vec<_>, Vec<_>) = order
+            .into_iter()
+            .partition(|p| entity.partition(*p).is_some_and(|h| h.shared.is_available()));
+        let mut last_error = None;
+        for partition in up.into_iter().chain(down) {
+            let handle = entity.partition(partition).expect("order stays within the entity");
+            let batch = messages.clone();
+            match handle.ask(|reply| Command::Send { messages: batch, reply }).await {
+                Err(e @ BrokerError::PartitionUnavailable { .. }) => last_error = Some(e),
+                other => return other,
+            }
+        }
+        Err(last_error.unwrap_or(BrokerError::ShuttingDown))
+    }
+
+    /// Schedules messages for later: each must carry a scheduled enqueue time. Returns their
+    /// sequence numbers (for cancellation); a duplicate is reported as such.
+    pub async fn schedule(
+        &self,
+        address: impl Into<EntityAddress>,
+        messages: Vec<Message>,
+    ) -> Result<Vec<SendOutcome>> {
+        if messages.iter().any(|m| m.properties.scheduled_enqueue_time.is_none()) {
+            return Err(BrokerError::invalid(
+                "ScheduledEnqueueTime",
+                "every scheduled message needs a scheduled enqueue time",
+            ));
+        }
+        self.send(address, messages).await
+    }
+
+    /// Cancels scheduled messages. Numbers that name no scheduled message are ignored.
+    pub async fn cancel_scheduled(
+        &self,
+        address: impl Into<EntityAddress>,
+        sequence_numbers: &[SequenceNumber],
+    ) -> Result<()> {
+        let address = address.into();
+        let entity = self.entity(&address.entity)?;
+        for (partition, seqs) in by_partition(&entity, sequence_numbers) {
+            partition.ask(|reply| Command::Cancel { sequence_numbers: seqs, reply }).await?;
+        }
+        Ok(())
+    }
+
+    // ---- receiving ----
+
+    /// Opens a receiver on a queue or its dead-letter queue.
+    pub async fn open_receiver(
+        &self,
+        address: impl Into<EntityAddress>,
+        mode: ReceiveMode,
+    ) -> Result<Receiver> {
+        let address = address.into();
+        let entity = self.entity(&address.entity)?;
+        self.check_receive(&entity)?;
+        let id = self.inner.next_receiver_id.fetch_add(1, Ordering::Relaxed);
+        Ok(Receiver::attach(entity, id, mode, address.queue).await)
+    }
+
+    fn check_receive(&self, entity: &EntityHandle) -> Result<()> {
+        let status = entity.description().status;
+        if status.can_receive() {
+            Ok(())
+        } else {
+            Err(BrokerError::EntityDisabled {
+                entity: entity.name.clone(),
+                status: status.as_str(),
+            })
+        }
+    }
+
+    /// Settles a locked message.
+    pub async fn settle(
+        &self,
+        address: impl Into<EntityAddress>,
+        token: LockToken,
+        disposition: Disposition,
+    ) -> Result<()> {
+        let address = address.into();
+        let entity = self.entity(&address.entity)?;
+        let partition = entity.partition(token.partition()).ok_or(BrokerError::MessageLockLost)?;
+        let queue = address.queue;
+        partition.ask(|reply| Command::Settle { queue, token, disposition, reply }).await
+    }
+
+    /// Completes a locked message.
+    pub async fn complete(
+        &self,
+        address: impl Into<EntityAddress>,
+        token: LockToken,
+    ) -> Result<()> {
+        self.settle(address, token, Disposition::Complete).await
+    }
+
+    /// Extends a message's lock by the entity's lock duration from now. Returns the new expiry.
+    pub async fn renew_lock(
+        &self,
+        address: impl Into<EntityAddress>,
+        token: LockToken,
+    ) -> Result<Timestamp> {
+        let address = address.into();
+        let entity = self.entity(&address.entity)?;
+        let partition = entity.partition(token.partition()).ok_or(BrokerError::MessageLockLost)?;
+        let queue = address.queue;
+        partition.ask(|reply| Command::RenewLock { queue, token, reply }).await
+    }
+
+    /// Receives deferred messages by sequence number, in the order asked. Fails with
+    /// [`BrokerError::MessageNotFound`] if one is not deferred (or is locked).
+    pub async fn receive_deferred(
+        &self,
+        address: impl Into<EntityAddress>,
+        sequence_numbers: &[SequenceNumber],
+        mode: ReceiveMode,
+    ) -> Result<Vec<ReceivedMessage>> {
+        let address = address.into();
+        let entity = self.entity(&address.entity)?;
+        self.check_receive(&entity)?;
+        let partitioned = entity.partitioned();
+        if let Some(&seq) =
+            sequence_numbers.iter().find(|s| entity.partition(s.partition(partitioned)).is_none())
+        {
+            return Err(BrokerError::MessageNotFound(seq));
+        }
+        let mut received = Vec::with_capacity(sequence_numbers.len());
+        for (partition, seqs) in by_partition(&entity, sequence_numbers) {
+            let queue = address.queue;
+            received.extend(
+                partition
+                    .ask(|reply| Command::ReceiveDeferred {
+                        queue,
+                        sequence_numbers: seqs,
+                        mode,
+                        reply,
+                    })
+                    .await?,
+            );
+        }
+        let order: HashMap<SequenceNumber, usize> =
+            sequence_numbers.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+        received.sort_by_key(|m| order[&m.broker.sequence_number]);
+        Ok(received)
+    }
+
+    /// Up to `max` messages from sequence number `from` on, without locking them. On a
+    /// partitioned entity the answer comes from one partition: the one `from` names, or the
+    /// next one that has messages; asking again from the last number plus one enumerates every
+    /// message exactly once.
+    pub async fn peek(
+        &self,
+        address: impl Into<EntityAddress>,
+        from: SequenceNumber,
+        max: usize,
+    ) -> Result<Vec<ReceivedMessage>> {
+        let address = address.into();
+        let entity = self.entity(&address.entity)?;
+        let partitioned = entity.partitioned();
+        let mut partition = from.partition(partitioned);
+        let mut start = from;
+        while let Some(handle) = entity.partition(partition) {
+            let queue = address.queue;
+            let found =
+                handle.ask(|reply| Command::Peek { queue, from: start, max, reply }).await?;
+            if !found.is_empty() || !partitioned {
+                return Ok(found);
+            }
+            partition = PartitionId(partition.0 + 1);
+            start = SequenceNumber::new(true, partition, 0);
+        }
+        Ok(Vec::new())
+    }
+}
+
+fn queue_info(record: &EntityRecord) -> QueueInfo {
+    let EntityKind::Queue(description) = &record.kind;
+    QueueInfo {
+        name: record.name.clone(),
+        description: description.clone(),
+        created_at: record.created_at,
+        updated_at: record.updated_at,
+    }
+}
+
+fn place(outcomes: &mut [SendOutcome], places: &[usize], done: Vec<SendOutcome>) {
+    for (&i, outcome) in places.iter().zip(done) {
+        outcomes[i] = outcome;
+    }
+}
+
+/// Groups sequence numbers by the partition that issued them, dropping those of no partition.
+fn by_partition<'a>(
+    entity: &'a EntityHandle,
+    sequence_numbers: &[SequenceNumber],
+) -> Vec<(&'a PartitionHandle, Vec<SequenceNumber>)> {
+    let partitioned = entity.partitioned();
+    let mut groups: Vec<(&PartitionHandle, Vec<SequenceNumber>)> = Vec::new();
+    for &seq in sequence_numbers {
+        let Some(handle) = entity.partition(seq.partition(partitioned)) else { continue };
+        match groups.iter_mut().find(|(h, _)| h.id == handle.id) {
+            Some((_, seqs)) => seqs.push(seq),
+            None => groups.push((handle, vec![seq])),
+        }
+    }
+    groups
+}
+
+/// Asks every partition of an entity at once; answers in partition order.
+async fn ask_all<T>(
+    entity: &EntityHandle,
+    make: impl Fn(oneshot::Sender<Result<T>>) -> Command,
+) -> Vec<Result<T>> {
+    let mut pending = Vec::with_capacity(entity.partitions.len());
+    for p in &entity.partitions {
+        let (tx, rx) = oneshot::channel();
+        p.send(make(tx)).await;
+        pending.push(rx);
+    }
+    let mut answers = Vec::with_capacity(pending.len());
+    for rx in pending {
+        answers.push(rx.await.unwrap_or(Err(BrokerError::ShuttingDown)));
+    }
+    answers
+}

@@ -1,0 +1,556 @@
+//! Record encodings: how entities and messages are laid out as store values.
+//!
+//! **Architecture Invariant:** every record starts with a version byte, and a decoder keeps
+//! reading every version it ever wrote, so data written today is readable tomorrow. A change to a
+//! layout adds a version; it never edits one.
+
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use uuid::Uuid;
+
+use crate::description::{EntityStatus, QueueDescription};
+use crate::message::{
+    ApplicationProperties, BrokerProperties, Message, MessageProperties, MessageState,
+    PropertyValue,
+};
+use crate::store::StoreError;
+use crate::types::{PartitionId, SequenceNumber, Timestamp};
+
+const V1: u8 = 1;
+
+/// An entity as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EntityRecord {
+    pub id: u64,
+    /// The name as the user spelled it at creation.
+    pub name: String,
+    pub kind: EntityKind,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// What kind of entity a record holds. Topics and subscriptions will join.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EntityKind {
+    Queue(QueueDescription),
+}
+
+/// A message as stored: what the sender sent and what the broker knows of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessageRecord {
+    pub message: Message,
+    pub broker: BrokerProperties,
+}
+
+struct Writer(BytesMut);
+
+impl Writer {
+    fn new(capacity: usize) -> Self {
+        let mut b = BytesMut::with_capacity(capacity + 1);
+        b.put_u8(V1);
+        Writer(b)
+    }
+    fn u8(&mut self, v: u8) {
+        self.0.put_u8(v);
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.put_u16_le(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.put_u32_le(v);
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.put_u64_le(v);
+    }
+    fn i64(&mut self, v: i64) {
+        self.0.put_i64_le(v);
+    }
+    fn bool(&mut self, v: bool) {
+        self.u8(v as u8);
+    }
+    fn bytes(&mut self, v: &[u8]) {
+        self.u32(v.len() as u32);
+        self.0.put_slice(v);
+    }
+    fn str(&mut self, v: &str) {
+        self.bytes(v.as_bytes());
+    }
+    fn opt_str(&mut self, v: &Option<String>) {
+        match v {
+            Some(s) => {
+                self.u8(1);
+                self.str(s);
+            }
+            None => self.u8(0),
+        }
+    }
+    fn opt_bytes(&mut self, v: &Option<Bytes>) {
+        match v {
+            Some(b) => {
+                self.u8(1);
+                self.bytes(b);
+            }
+            None => self.u8(0),
+        }
+    }
+    fn opt_i64(&mut self, v: Option<i64>) {
+        match v {
+            Some(x) => {
+                self.u8(1);
+                self.i64(x);
+            }
+            None => self.u8(0),
+        }
+    }
+    fn duration(&mut self, d: Duration) {
+        self.u64(d.as_millis().min(u64::MAX as u128) as u64);
+    }
+    fn finish(self) -> Bytes {
+        self.0.freeze()
+    }
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    what: &'static str,
+}
+
+type DecodeResult<T> = Result<T, StoreError>;
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8], what: &'static str) -> DecodeResult<Self> {
+        let mut r = Reader { buf, what };
+        match r.u8()? {
+            V1 => Ok(r),
+            v => Err(StoreError::corrupted(format!("{what}: unknown record version {v}"))),
+        }
+    }
+    fn take(&mut self, n: usize) -> DecodeResult<&'a [u8]> {
+        if self.buf.len() < n {
+            return Err(StoreError::corrupted(format!("{}: record truncated", self.what)));
+        }
+        let (head, tail) = self.buf.split_at(n);
+        self.buf = tail;
+        Ok(head)
+    }
+    fn array<const N: usize>(&mut self) -> DecodeResult<[u8; N]> {
+        Ok(self.take(N)?.try_into().expect("length checked"))
+    }
+    fn u8(&mut self) -> DecodeResult<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> DecodeResult<u16> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    fn u32(&mut self) -> DecodeResult<u32> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    fn u64(&mut self) -> DecodeResult<u64> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    fn i64(&mut self) -> DecodeResult<i64> {
+        Ok(i64::from_le_bytes(self.array()?))
+    }
+    fn bool(&mut self) -> DecodeResult<bool> {
+        Ok(self.u8()? != 0)
+    }
+    fn bytes(&mut self) -> DecodeResult<Bytes> {
+        let n = self.u32()? as usize;
+        Ok(Bytes::copy_from_slice(self.take(n)?))
+    }
+    fn str(&mut self) -> DecodeResult<String> {
+        let n = self.u32()? as usize;
+        let raw = self.take(n)?;
+        String::from_utf8(raw.to_vec())
+            .map_err(|_| StoreError::corrupted(format!("{}: invalid utf-8", self.what)))
+    }
+    fn opt<T>(&mut self, f: impl FnOnce(&mut Self) -> DecodeResult<T>) -> DecodeResult<Option<T>> {
+        match self.u8()? {
+            0 => Ok(None),
+            _ => f(self).map(Some),
+        }
+    }
+    fn duration(&mut self) -> DecodeResult<Duration> {
+        Ok(Duration::from_millis(self.u64()?))
+    }
+    fn corrupted(&self, detail: &str) -> StoreError {
+        StoreError::corrupted(format!("{}: {detail}", self.what))
+    }
+}
+
+pub fn encode_entity(record: &EntityRecord) -> Bytes {
+    let mut w = Writer::new(128);
+    w.u64(record.id);
+    w.str(&record.name);
+    w.i64(record.created_at.as_millis());
+    w.i64(record.updated_at.as_millis());
+    match &record.kind {
+        EntityKind::Queue(d) => {
+            w.u8(1);
+            w.duration(d.lock_duration);
+            w.u32(d.max_delivery_count);
+            w.duration(d.default_message_time_to_live);
+            w.bool(d.dead_lettering_on_message_expiration);
+            w.bool(d.requires_duplicate_detection);
+            w.duration(d.duplicate_detection_history_time_window);
+            w.bool(d.requires_session);
+            w.bool(d.enable_partitioning);
+            w.u16(d.partition_count);
+            w.u64(d.max_size_in_megabytes);
+            w.u64(d.max_message_size_in_kilobytes);
+            w.opt_str(&d.forward_to);
+            w.opt_str(&d.forward_dead_lettered_messages_to);
+            w.bool(d.enable_batched_operations);
+            w.u8(match d.status {
+                EntityStatus::Active => 0,
+                EntityStatus::Disabled => 1,
+                EntityStatus::SendDisabled => 2,
+                EntityStatus::ReceiveDisabled => 3,
+            });
+            w.opt_str(&d.user_metadata);
+        }
+    }
+    w.finish()
+}
+
+pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
+    let mut r = Reader::new(value, "entity record")?;
+    let id = r.u64()?;
+    let name = r.str()?;
+    let created_at = Timestamp::from_millis(r.i64()?);
+    let updated_at = Timestamp::from_millis(r.i64()?);
+    let kind = match r.u8()? {
+        1 => EntityKind::Queue(QueueDescription {
+            lock_duration: r.duration()?,
+            max_delivery_count: r.u32()?,
+            default_message_time_to_live: r.duration()?,
+            dead_lettering_on_message_expiration: r.bool()?,
+            requires_duplicate_detection: r.bool()?,
+            duplicate_detection_history_time_window: r.duration()?,
+            requires_session: r.bool()?,
+            enable_partitioning: r.bool()?,
+            partition_count: r.u16()?,
+            max_size_in_megabytes: r.u64()?,
+            max_message_size_in_kilobytes: r.u64()?,
+            forward_to: r.opt(Reader::str)?,
+            forward_dead_lettered_messages_to: r.opt(Reader::str)?,
+            enable_batched_operations: r.bool()?,
+            status: match r.u8()? {
+                0 => EntityStatus::Active,
+                1 => EntityStatus::Disabled,
+                2 => EntityStatus::SendDisabled,
+                3 => EntityStatus::ReceiveDisabled,
+                s => return Err(r.corrupted(&format!("unknown status {s}"))),
+            },
+            user_metadata: r.opt(Reader::str)?,
+        }),
+        k => return Err(r.corrupted(&format!("unknown entity kind {k}"))),
+    };
+    Ok(EntityRecord { id, name, kind, created_at, updated_at })
+}
+
+pub fn encode_message(record: &MessageRecord) -> Bytes {
+    let m = &record.message;
+    let b = &record.broker;
+    let mut w = Writer::new(96 + m.body.len() + m.raw.as_ref().map_or(0, |r| r.len()));
+    w.i64(b.sequence_number.0);
+    w.i64(b.enqueued_sequence_number.0);
+    w.i64(b.enqueued_time.as_millis());
+    w.u16(b.partition_id.0);
+    w.u32(b.delivery_count);
+    w.u8(b.state.code() as u8);
+    w.i64(b.expires_at.as_millis());
+    w.opt_str(&b.dead_letter_source);
+    w.opt_str(&b.dead_letter_reason);
+    w.opt_str(&b.dead_letter_error_description);
+    let p = &m.properties;
+    for s in [
+        &p.message_id,
+        &p.session_id,
+        &p.partition_key,
+        &p.correlation_id,
+        &p.subject,
+        &p.to,
+        &p.reply_to,
+        &p.reply_to_session_id,
+        &p.content_type,
+    ] {
+        w.opt_str(s);
+    }
+    w.opt_i64(p.time_to_live.map(|d| d.as_millis().min(i64::MAX as u128) as i64));
+    w.opt_i64(p.scheduled_enqueue_time.map(Timestamp::as_millis));
+    encode_properties(&mut w, &m.application_properties);
+    w.bytes(&m.body);
+    w.opt_bytes(&m.raw);
+    w.finish()
+}
+
+fn encode_properties(w: &mut Writer, props: &ApplicationProperties) {
+    w.u32(props.len() as u32);
+    for (name, value) in props {
+        w.str(name);
+        match value {
+            PropertyValue::Null => w.u8(0),
+            PropertyValue::Bool(v) => {
+                w.u8(1);
+                w.bool(*v)
+            }
+            PropertyValue::UByte(v) => {
+                w.u8(2);
+                w.u8(*v)
+            }
+            PropertyValue::UShort(v) => {
+                w.u8(3);
+                w.u16(*v)
+            }
+            PropertyValue::UInt(v) => {
+                w.u8(4);
+                w.u32(*v)
+            }
+            PropertyValue::ULong(v) => {
+                w.u8(5);
+                w.u64(*v)
+            }
+            PropertyValue::Byte(v) => {
+                w.u8(6);
+                w.u8(*v as u8)
+            }
+            PropertyValue::Short(v) => {
+                w.u8(7);
+                w.u16(*v as u16)
+            }
+            PropertyValue::Int(v) => {
+                w.u8(8);
+                w.u32(*v as u32)
+            }
+            PropertyValue::Long(v) => {
+                w.u8(9);
+                w.i64(*v)
+            }
+            PropertyValue::Float(v) => {
+                w.u8(10);
+                w.u32(v.to_bits())
+            }
+            PropertyValue::Double(v) => {
+                w.u8(11);
+                w.u64(v.to_bits())
+            }
+            PropertyValue::Char(v) => {
+                w.u8(12);
+                w.u32(*v as u32)
+            }
+            PropertyValue::Timestamp(v) => {
+                w.u8(13);
+                w.i64(v.as_millis())
+            }
+            PropertyValue::Uuid(v) => {
+                w.u8(14);
+                w.0.put_slice(v.as_bytes())
+            }
+            PropertyValue::Binary(v) => {
+                w.u8(15);
+                w.bytes(v)
+            }
+            PropertyValue::String(v) => {
+                w.u8(16);
+                w.str(v)
+            }
+        }
+    }
+}
+
+fn decode_properties(r: &mut Reader<'_>) -> DecodeResult<ApplicationProperties> {
+    let n = r.u32()?;
+    let mut props = ApplicationProperties::new();
+    for _ in 0..n {
+        let name = r.str()?;
+        let value = match r.u8()? {
+            0 => PropertyValue::Null,
+            1 => PropertyValue::Bool(r.bool()?),
+            2 => PropertyValue::UByte(r.u8()?),
+            3 => PropertyValue::UShort(r.u16()?),
+            4 => PropertyValue::UInt(r.u32()?),
+            5 => PropertyValue::ULong(r.u64()?),
+            6 => PropertyValue::Byte(r.u8()? as i8),
+            7 => PropertyValue::Short(r.u16()? as i16),
+            8 => PropertyValue::Int(r.u32()? as i32),
+            9 => PropertyValue::Long(r.i64()?),
+            10 => PropertyValue::Float(f32::from_bits(r.u32()?)),
+            11 => PropertyValue::Double(f64::from_bits(r.u64()?)),
+            12 => PropertyValue::Char(
+                char::from_u32(r.u32()?).ok_or_else(|| r.corrupted("invalid char"))?,
+            ),
+            13 => PropertyValue::Timestamp(Timestamp::from_millis(r.i64()?)),
+            14 => PropertyValue::Uuid(Uuid::from_bytes(r.array()?)),
+            15 => PropertyValue::Binary(r.bytes()?),
+            16 => PropertyValue::String(r.str()?),
+            t => return Err(r.corrupted(&format!("unknown property type {t}"))),
+        };
+        props.insert(name, value);
+    }
+    Ok(props)
+}
+
+pub fn decode_message(value: &[u8]) -> DecodeResult<MessageRecord> {
+    let mut r = Reader::new(value, "message record")?;
+    let broker = BrokerProperties {
+        sequence_number: SequenceNumber(r.i64()?),
+        enqueued_sequence_number: SequenceNumber(r.i64()?),
+        enqueued_time: Timestamp::from_millis(r.i64()?),
+        partition_id: PartitionId(r.u16()?),
+        delivery_count: r.u32()?,
+        state: match r.u8()? {
+            0 => MessageState::Active,
+            1 => MessageState::Deferred,
+            2 => MessageState::Scheduled,
+            s => return Err(r.corrupted(&format!("unknown message state {s}"))),
+        },
+        expires_at: Timestamp::from_millis(r.i64()?),
+        dead_letter_source: r.opt(Reader::str)?,
+        dead_letter_reason: r.opt(Reader::str)?,
+        dead_letter_error_description: r.opt(Reader::str)?,
+    };
+    let mut strings: [Option<String>; 9] = Default::default();
+    for s in &mut strings {
+        *s = r.opt(Reader::str)?;
+    }
+    let [message_id, session_id, partition_key, correlation_id, subject, to, reply_to, reply_to_session_id, content_type] =
+        strings;
+    let properties = MessageProperties {
+        message_id,
+        session_id,
+        partition_key,
+        correlation_id,
+        subject,
+        to,
+        reply_to,
+        reply_to_session_id,
+        content_type,
+        time_to_live: r.opt(Reader::i64)?.map(|ms| Duration::from_millis(ms.max(0) as u64)),
+        scheduled_enqueue_time: r.opt(Reader::i64)?.map(Timestamp::from_millis),
+    };
+    let application_properties = decode_properties(&mut r)?;
+    let body = r.bytes()?;
+    let raw = r.opt(Reader::bytes)?;
+    Ok(MessageRecord { message: Message { properties, application_properties, body, raw }, broker })
+}
+
+/// A partition's own record: the last sequence counter it issued.
+pub fn encode_partition(last_counter: u64) -> Bytes {
+    let mut w = Writer::new(8);
+    w.u64(last_counter);
+    w.finish()
+}
+
+pub fn decode_partition(value: &[u8]) -> DecodeResult<u64> {
+    Reader::new(value, "partition record")?.u64()
+}
+
+/// A duplicate-detection entry: until when the id counts as seen.
+pub fn encode_dedup(until: Timestamp) -> Bytes {
+    let mut w = Writer::new(8);
+    w.i64(until.as_millis());
+    w.finish()
+}
+
+pub fn decode_dedup(value: &[u8]) -> DecodeResult<Timestamp> {
+    Ok(Timestamp::from_millis(Reader::new(value, "dedup entry")?.i64()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_record_round_trips_every_field() {
+        let mut props = ApplicationProperties::new();
+        for (i, v) in [
+            PropertyValue::Null,
+            PropertyValue::Bool(true),
+            PropertyValue::UByte(7),
+            PropertyValue::UShort(700),
+            PropertyValue::UInt(70_000),
+            PropertyValue::ULong(u64::MAX),
+            PropertyValue::Byte(-7),
+            PropertyValue::Short(-700),
+            PropertyValue::Int(-70_000),
+            PropertyValue::Long(i64::MIN),
+            PropertyValue::Float(1.5),
+            PropertyValue::Double(-2.25),
+            PropertyValue::Char('ß'),
+            PropertyValue::Timestamp(Timestamp::from_millis(123)),
+            PropertyValue::Uuid(Uuid::new_v4()),
+            PropertyValue::Binary(Bytes::from_static(b"\x00\x01")),
+            PropertyValue::String("héllo".into()),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            props.insert(format!("p{i}"), v);
+        }
+        let record = MessageRecord {
+            message: Message {
+                properties: MessageProperties {
+                    message_id: Some("m".into()),
+                    session_id: Some("s".into()),
+                    partition_key: Some("s".into()),
+                    correlation_id: Some("c".into()),
+                    subject: Some("sub".into()),
+                    to: Some("to".into()),
+                    reply_to: Some("rt".into()),
+                    reply_to_session_id: Some("rts".into()),
+                    content_type: Some("text/plain".into()),
+                    time_to_live: Some(Duration::from_secs(30)),
+                    scheduled_enqueue_time: Some(Timestamp::from_millis(99)),
+                },
+                application_properties: props,
+                body: Bytes::from_static(b"body"),
+                raw: Some(Bytes::from_static(b"raw")),
+            },
+            broker: BrokerProperties {
+                sequence_number: SequenceNumber((3 << 48) | 5),
+                enqueued_sequence_number: SequenceNumber(5),
+                enqueued_time: Timestamp::from_millis(1000),
+                partition_id: PartitionId(3),
+                delivery_count: 4,
+                state: MessageState::Deferred,
+                expires_at: Timestamp::MAX,
+                dead_letter_source: Some("q".into()),
+                dead_letter_reason: Some("r".into()),
+                dead_letter_error_description: None,
+            },
+        };
+        assert_eq!(decode_message(&encode_message(&record)).unwrap(), record);
+    }
+
+    #[test]
+    fn entity_record_round_trips() {
+        let record = EntityRecord {
+            id: 42,
+            name: "Orders".into(),
+            kind: EntityKind::Queue(QueueDescription {
+                enable_partitioning: true,
+                forward_to: Some("other".into()),
+                status: EntityStatus::SendDisabled,
+                ..Default::default()
+            }),
+            created_at: Timestamp::from_millis(1),
+            updated_at: Timestamp::from_millis(2),
+        };
+        assert_eq!(decode_entity(&encode_entity(&record)).unwrap(), record);
+    }
+
+    #[test]
+    fn truncated_or_unknown_records_are_corruption_not_panics() {
+        let bytes = encode_message(&MessageRecord {
+            message: Message::new("x"),
+            broker: BrokerProperties::default(),
+        });
+        for cut in 0..bytes.len() {
+            assert!(decode_message(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        assert!(decode_message(&[9, 0, 0]).is_err());
+        assert!(decode_entity(&[]).is_err());
+    }
+}

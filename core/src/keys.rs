@@ -1,0 +1,146 @@
+//! The key layout. The core owns it; a store sees opaque, byte-ordered keys.
+//!
+//! ```text
+//! n e <entity name, lowercase>            entity record (id, kind, description)
+//! n i                                     next entity id (u64 big-endian)
+//! p <entity id u64> <partition u16> s     partition record (sequence counter)
+//! p <entity id u64> <partition u16> m <seq u64>   message in the main queue
+//! p <entity id u64> <partition u16> d <seq u64>   message in the dead-letter queue
+//! p <entity id u64> <partition u16> u <dedup key> duplicate-detection entry (expiry)
+//! ```
+//!
+//! **Architecture Invariant:** integers in keys are big-endian so byte order is numeric order;
+//! everything of one partition shares the prefix [`partition_prefix`], and everything of one
+//! entity the prefix [`entity_prefix`], so deleting either is one range delete. Entity ids are
+//! never reused, so a queue deleted and created again never sees the old one's records.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::dedup::DedupKey;
+use crate::types::{PartitionId, SequenceNumber, SubQueue};
+
+const NAMESPACE: u8 = b'n';
+const ENTITY: u8 = b'e';
+const NEXT_ENTITY_ID: u8 = b'i';
+const PARTITION: u8 = b'p';
+const PARTITION_RECORD: u8 = b's';
+const DEDUP: u8 = b'u';
+
+/// Identifies an entity in the store; assigned at creation, never reused.
+pub type EntityId = u64;
+
+pub fn entity(name_key: &str) -> Bytes {
+    let mut k = BytesMut::with_capacity(2 + name_key.len());
+    k.put_u8(NAMESPACE);
+    k.put_u8(ENTITY);
+    k.put_slice(name_key.as_bytes());
+    k.freeze()
+}
+
+/// The prefix of every entity record.
+pub fn entities_prefix() -> Bytes {
+    Bytes::from_static(&[NAMESPACE, ENTITY])
+}
+
+pub fn next_entity_id() -> Bytes {
+    Bytes::from_static(&[NAMESPACE, NEXT_ENTITY_ID])
+}
+
+pub fn entity_prefix(id: EntityId) -> Bytes {
+    let mut k = BytesMut::with_capacity(9);
+    k.put_u8(PARTITION);
+    k.put_u64(id);
+    k.freeze()
+}
+
+pub fn partition_prefix(id: EntityId, partition: PartitionId) -> Bytes {
+    let mut k = BytesMut::with_capacity(11);
+    k.put_u8(PARTITION);
+    k.put_u64(id);
+    k.put_u16(partition.0);
+    k.freeze()
+}
+
+fn partition_key(id: EntityId, partition: PartitionId, tag: u8, extra: usize) -> BytesMut {
+    let mut k = BytesMut::with_capacity(12 + extra);
+    k.put_u8(PARTITION);
+    k.put_u64(id);
+    k.put_u16(partition.0);
+    k.put_u8(tag);
+    k
+}
+
+pub fn partition_record(id: EntityId, partition: PartitionId) -> Bytes {
+    partition_key(id, partition, PARTITION_RECORD, 0).freeze()
+}
+
+pub fn message(
+    id: EntityId,
+    partition: PartitionId,
+    queue: SubQueue,
+    seq: SequenceNumber,
+) -> Bytes {
+    let mut k = partition_key(id, partition, queue.tag(), 8);
+    k.put_u64(seq.0 as u64);
+    k.freeze()
+}
+
+/// The prefix of every message of one sub-queue of a partition.
+pub fn messages_prefix(id: EntityId, partition: PartitionId, queue: SubQueue) -> Bytes {
+    partition_key(id, partition, queue.tag(), 0).freeze()
+}
+
+pub fn dedup(id: EntityId, partition: PartitionId, key: &DedupKey) -> Bytes {
+    let mut k = partition_key(id, partition, DEDUP, key.0.len());
+    k.put_slice(key.0.as_bytes());
+    k.freeze()
+}
+
+pub fn dedup_prefix(id: EntityId, partition: PartitionId) -> Bytes {
+    partition_key(id, partition, DEDUP, 0).freeze()
+}
+
+/// The sequence number at the end of a message key.
+pub fn message_seq(key: &[u8]) -> Option<SequenceNumber> {
+    let tail: [u8; 8] = key.get(key.len().checked_sub(8)?..)?.try_into().ok()?;
+    Some(SequenceNumber(u64::from_be_bytes(tail) as i64))
+}
+
+/// The dedup key at the end of a dedup entry's key.
+pub fn dedup_key(key: &[u8]) -> Option<DedupKey> {
+    let tail = key.get(12..)?;
+    Some(DedupKey(String::from_utf8(tail.to_vec()).ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_keys_sort_by_sequence_number() {
+        let a = message(7, PartitionId(1), SubQueue::Main, SequenceNumber(2));
+        let b = message(7, PartitionId(1), SubQueue::Main, SequenceNumber(10));
+        let c = message(7, PartitionId(1), SubQueue::Main, SequenceNumber(256));
+        assert!(a < b && b < c);
+        assert_eq!(message_seq(&c), Some(SequenceNumber(256)));
+    }
+
+    #[test]
+    fn every_partition_key_shares_the_partition_and_entity_prefix() {
+        let p = partition_prefix(9, PartitionId(3));
+        let keys = [
+            partition_record(9, PartitionId(3)),
+            message(9, PartitionId(3), SubQueue::DeadLetter, SequenceNumber(1)),
+            dedup(9, PartitionId(3), &DedupKey("m".into())),
+        ];
+        for k in keys {
+            assert!(k.starts_with(&p));
+            assert!(k.starts_with(&entity_prefix(9)));
+            assert!(!k.starts_with(&entity_prefix(10)));
+        }
+        assert_eq!(
+            dedup_key(&dedup(9, PartitionId(3), &DedupKey("id\u{0}pk".into()))),
+            Some(DedupKey("id\u{0}pk".into()))
+        );
+    }
+}

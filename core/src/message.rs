@@ -1,0 +1,253 @@
+//! Messages as the broker sees them: what the sender set, and what the broker adds.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use uuid::Uuid;
+
+use crate::types::{LockToken, PartitionId, SequenceNumber, Timestamp};
+
+/// A typed application-property value. Covers the AMQP primitive types Service Bus allows in
+/// application properties, so a transport can round-trip them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PropertyValue {
+    Null,
+    Bool(bool),
+    UByte(u8),
+    UShort(u16),
+    UInt(u32),
+    ULong(u64),
+    Byte(i8),
+    Short(i16),
+    Int(i32),
+    Long(i64),
+    Float(f32),
+    Double(f64),
+    Char(char),
+    Timestamp(Timestamp),
+    Uuid(Uuid),
+    Binary(Bytes),
+    String(String),
+}
+
+/// Application properties, by name.
+pub type ApplicationProperties = BTreeMap<String, PropertyValue>;
+
+/// The properties a sender sets (Service Bus's "system properties" on the way in).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MessageProperties {
+    pub message_id: Option<String>,
+    pub session_id: Option<String>,
+    pub partition_key: Option<String>,
+    pub correlation_id: Option<String>,
+    pub subject: Option<String>,
+    pub to: Option<String>,
+    pub reply_to: Option<String>,
+    pub reply_to_session_id: Option<String>,
+    pub content_type: Option<String>,
+    pub time_to_live: Option<Duration>,
+    pub scheduled_enqueue_time: Option<Timestamp>,
+}
+
+/// A message as sent: properties, application properties and body.
+///
+/// `body` is the application payload (an AMQP data section's bytes, an HTTP request body).
+/// `raw` lets a transport keep the message exactly as its client encoded it (for AMQP, the bare
+/// message's bytes), so it can deliver it later without re-encoding; the core never reads it,
+/// and drops it when it changes something the encoding holds (properties to modify).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Message {
+    pub properties: MessageProperties,
+    pub application_properties: ApplicationProperties,
+    pub body: Bytes,
+    pub raw: Option<Bytes>,
+}
+
+impl Message {
+    /// A message with `body` and nothing else set.
+    pub fn new(body: impl Into<Bytes>) -> Self {
+        Self { body: body.into(), ..Self::default() }
+    }
+
+    pub fn with_message_id(mut self, id: impl Into<String>) -> Self {
+        self.properties.message_id = Some(id.into());
+        self
+    }
+
+    pub fn with_session_id(mut self, id: impl Into<String>) -> Self {
+        self.properties.session_id = Some(id.into());
+        self
+    }
+
+    pub fn with_partition_key(mut self, key: impl Into<String>) -> Self {
+        self.properties.partition_key = Some(key.into());
+        self
+    }
+
+    pub fn with_time_to_live(mut self, ttl: Duration) -> Self {
+        self.properties.time_to_live = Some(ttl);
+        self
+    }
+
+    pub fn with_scheduled_enqueue_time(mut self, at: Timestamp) -> Self {
+        self.properties.scheduled_enqueue_time = Some(at);
+        self
+    }
+
+    pub fn with_property(mut self, name: impl Into<String>, value: PropertyValue) -> Self {
+        self.application_properties.insert(name.into(), value);
+        self
+    }
+
+    /// The size Service Bus counts against the entity's limits: the encoded size when the
+    /// transport kept it, else the body plus the properties.
+    pub fn size(&self) -> usize {
+        if let Some(raw) = &self.raw {
+            return raw.len();
+        }
+        let p = &self.properties;
+        let strings = [
+            &p.message_id,
+            &p.session_id,
+            &p.partition_key,
+            &p.correlation_id,
+            &p.subject,
+            &p.to,
+            &p.reply_to,
+            &p.reply_to_session_id,
+            &p.content_type,
+        ];
+        let props: usize = strings.iter().filter_map(|s| s.as_ref()).map(|s| s.len()).sum();
+        let app: usize =
+            self.application_properties.iter().map(|(k, v)| k.len() + value_size(v)).sum();
+        self.body.len() + props + app
+    }
+}
+
+fn value_size(value: &PropertyValue) -> usize {
+    match value {
+        PropertyValue::Null => 1,
+        PropertyValue::Bool(_) | PropertyValue::UByte(_) | PropertyValue::Byte(_) => 2,
+        PropertyValue::UShort(_) | PropertyValue::Short(_) => 3,
+        PropertyValue::UInt(_)
+        | PropertyValue::Int(_)
+        | PropertyValue::Float(_)
+        | PropertyValue::Char(_) => 5,
+        PropertyValue::ULong(_)
+        | PropertyValue::Long(_)
+        | PropertyValue::Double(_)
+        | PropertyValue::Timestamp(_) => 9,
+        PropertyValue::Uuid(_) => 17,
+        PropertyValue::Binary(b) => 5 + b.len(),
+        PropertyValue::String(s) => 5 + s.len(),
+    }
+}
+
+/// Where a message stands in its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MessageState {
+    /// Deliverable (or locked by a receiver).
+    #[default]
+    Active,
+    /// Set aside by a receiver; retrievable only by sequence number.
+    Deferred,
+    /// Waiting for its scheduled enqueue time.
+    Scheduled,
+}
+
+impl MessageState {
+    /// The number Service Bus uses on the wire (`x-opt-message-state`).
+    pub fn code(self) -> i32 {
+        match self {
+            MessageState::Active => 0,
+            MessageState::Deferred => 1,
+            MessageState::Scheduled => 2,
+        }
+    }
+}
+
+/// What the broker knows about a stored message beyond what the sender set.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BrokerProperties {
+    pub sequence_number: SequenceNumber,
+    /// The sequence number the message was first enqueued with (differs after forwarding).
+    pub enqueued_sequence_number: SequenceNumber,
+    pub enqueued_time: Timestamp,
+    pub partition_id: PartitionId,
+    /// Number of earlier deliveries that ended without settlement (abandon, lock expiry). A
+    /// delivery reports this plus one, as Service Bus's `DeliveryCount` does.
+    pub delivery_count: u32,
+    pub state: MessageState,
+    /// When the message expires; `Timestamp::MAX` for never. Not applied in the dead-letter queue.
+    pub expires_at: Timestamp,
+    pub dead_letter_source: Option<String>,
+    pub dead_letter_reason: Option<String>,
+    pub dead_letter_error_description: Option<String>,
+}
+
+/// A message handed to a receiver (or returned by peek).
+#[derive(Debug, Clone)]
+pub struct ReceivedMessage {
+    pub message: Arc<Message>,
+    pub broker: BrokerProperties,
+    /// The lock, for peek-lock deliveries; `None` for receive-and-delete and peek.
+    pub lock: Option<MessageLock>,
+}
+
+impl ReceivedMessage {
+    pub fn sequence_number(&self) -> SequenceNumber {
+        self.broker.sequence_number
+    }
+
+    pub fn lock_token(&self) -> Option<LockToken> {
+        self.lock.map(|l| l.token)
+    }
+}
+
+/// A lock held on a delivered message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageLock {
+    pub token: LockToken,
+    pub locked_until: Timestamp,
+}
+
+/// The outcome a receiver settles a locked message with.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Disposition {
+    /// Delete the message.
+    Complete,
+    /// Unlock it for redelivery, counting a failed delivery; merge `properties` into its
+    /// application properties.
+    Abandon { properties: ApplicationProperties },
+    /// Unlock it without counting a delivery (the client never processed it).
+    Release,
+    /// Set it aside, retrievable only by sequence number.
+    Defer { properties: ApplicationProperties },
+    /// Move it to the dead-letter queue.
+    DeadLetter {
+        reason: Option<String>,
+        description: Option<String>,
+        properties: ApplicationProperties,
+    },
+}
+
+impl Disposition {
+    /// A bounded label for metrics.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Disposition::Complete => "complete",
+            Disposition::Abandon { .. } => "abandon",
+            Disposition::Release => "release",
+            Disposition::Defer { .. } => "defer",
+            Disposition::DeadLetter { .. } => "dead_letter",
+        }
+    }
+}
+
+/// Dead-letter reasons the broker itself uses (Service Bus's names).
+pub mod dead_letter_reason {
+    pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
+    pub const TTL_EXPIRED: &str = "TTLExpiredException";
+}

@@ -1,0 +1,154 @@
+//! The metrics catalogue: every metric the core emits, with its help text. Names are API:
+//! `ironbus_<subsystem>_<what>_<unit>[_total]`, base units, `_total` on counters only, labels
+//! only from bounded sets. The server installs an exporter; the core only uses the `metrics`
+//! facade.
+
+/// Messages accepted by the broker (duplicates excluded). Label: `entity_kind`.
+pub const MESSAGES_INCOMING_TOTAL: &str = "ironbus_broker_messages_incoming_total";
+/// Messages handed to receivers (locked or received-and-deleted). Label: `entity_kind`.
+pub const MESSAGES_OUTGOING_TOTAL: &str = "ironbus_broker_messages_outgoing_total";
+/// Settlements of locked messages. Label: `outcome` (complete, abandon, release, defer,
+/// dead_letter).
+pub const SETTLEMENTS_TOTAL: &str = "ironbus_broker_settlements_total";
+/// Messages moved to a dead-letter queue. Label: `reason` (MaxDeliveryCountExceeded,
+/// TTLExpiredException, client).
+pub const DEAD_LETTERED_TOTAL: &str = "ironbus_broker_dead_lettered_total";
+/// Expired messages dropped (entities without dead-lettering on expiration).
+pub const MESSAGES_EXPIRED_TOTAL: &str = "ironbus_broker_messages_expired_total";
+/// Sends dropped as duplicates by duplicate detection.
+pub const DUPLICATES_DROPPED_TOTAL: &str = "ironbus_broker_duplicates_dropped_total";
+/// Message locks that expired before settlement.
+pub const LOCK_EXPIRATIONS_TOTAL: &str = "ironbus_broker_lock_expirations_total";
+/// Partitions currently unavailable (their store cannot serve them).
+pub const PARTITIONS_UNAVAILABLE: &str = "ironbus_broker_partitions_unavailable";
+/// Time one partition's store write took, in seconds.
+pub const STORE_WRITE_DURATION_SECONDS: &str = "ironbus_store_write_duration_seconds";
+
+/// What kind of metric a catalogue entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// One catalogue entry.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricDef {
+    pub name: &'static str,
+    pub kind: MetricKind,
+    pub help: &'static str,
+    pub labels: &'static [&'static str],
+}
+
+/// Every metric the core emits.
+pub const CATALOGUE: &[MetricDef] = &[
+    MetricDef {
+        name: MESSAGES_INCOMING_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Messages accepted by the broker, duplicates excluded",
+        labels: &["entity_kind"],
+    },
+    MetricDef {
+        name: MESSAGES_OUTGOING_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Messages handed to receivers",
+        labels: &["entity_kind"],
+    },
+    MetricDef {
+        name: SETTLEMENTS_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Settlements of locked messages by outcome",
+        labels: &["outcome"],
+    },
+    MetricDef {
+        name: DEAD_LETTERED_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Messages moved to a dead-letter queue by reason",
+        labels: &["reason"],
+    },
+    MetricDef {
+        name: MESSAGES_EXPIRED_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Expired messages dropped",
+        labels: &[],
+    },
+    MetricDef {
+        name: DUPLICATES_DROPPED_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Sends dropped by duplicate detection",
+        labels: &[],
+    },
+    MetricDef {
+        name: LOCK_EXPIRATIONS_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Message locks that expired before settlement",
+        labels: &[],
+    },
+    MetricDef {
+        name: PARTITIONS_UNAVAILABLE,
+        kind: MetricKind::Gauge,
+        help: "Partitions whose store cannot serve them",
+        labels: &[],
+    },
+    MetricDef {
+        name: STORE_WRITE_DURATION_SECONDS,
+        kind: MetricKind::Histogram,
+        help: "Duration of one partition's store write",
+        labels: &[],
+    },
+];
+
+/// Buckets for [`STORE_WRITE_DURATION_SECONDS`], for exporters that need them explicit.
+pub const STORE_WRITE_BUCKETS: &[f64] =
+    &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
+
+/// Registers the catalogue's help texts with the installed recorder.
+pub fn describe() {
+    for def in CATALOGUE {
+        match def.kind {
+            MetricKind::Counter => metrics::describe_counter!(def.name, def.help),
+            MetricKind::Gauge => metrics::describe_gauge!(def.name, def.help),
+            MetricKind::Histogram => metrics::describe_histogram!(def.name, def.help),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOUNDED_LABELS: &[&str] = &["entity_kind", "outcome", "reason", "operation", "transport"];
+
+    #[test]
+    fn metric_names_follow_the_naming_rules() {
+        for def in CATALOGUE {
+            let n = def.name;
+            assert!(n.starts_with("ironbus_"), "{n}: ironbus_ prefix");
+            assert!(n.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{n}: snake case");
+            assert_eq!(
+                n.ends_with("_total"),
+                def.kind == MetricKind::Counter,
+                "{n}: _total on counters only"
+            );
+            assert!(n.split('_').count() >= 4, "{n}: ironbus_<subsystem>_<what>...");
+            for unit in ["_ms", "_milliseconds", "_kb", "_mb"] {
+                assert!(!n.contains(unit), "{n}: base units only");
+            }
+            if def.kind == MetricKind::Histogram {
+                assert!(n.ends_with("_seconds") || n.ends_with("_bytes"), "{n}: histogram unit");
+            }
+            for label in def.labels {
+                assert!(BOUNDED_LABELS.contains(label), "{n}: unbounded label {label}");
+            }
+        }
+    }
+
+    #[test]
+    fn catalogue_names_are_unique() {
+        let mut names: Vec<_> = CATALOGUE.iter().map(|d| d.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), CATALOGUE.len());
+    }
+}

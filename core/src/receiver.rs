@@ -1,0 +1,227 @@
+//! Receivers: a consumer's credit and its buffer of delivered messages.
+//!
+//! A receiver registers with every partition of its entity. Partitions deliver to it only
+//! against credit: a partition first reserves one unit of credit ([`ReceiverShared::try_reserve`]),
+//! then locks (or, in receive-and-delete mode, deletes) a message, and finally hands it over
+//! ([`ReceiverShared::deliver`]) once its store write is durable. So no message is locked for a
+//! receiver that did not ask for it, and a client cannot tell how many partitions served it.
+//!
+//! **Architecture Invariant:** credit, reservations and the buffer change under one mutex, so
+//! `drain` sees every message that consumed credit.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{oneshot, Notify};
+
+use crate::broker::EntityHandle;
+use crate::message::ReceivedMessage;
+use crate::partition::Command;
+use crate::types::{ReceiveMode, SubQueue};
+
+#[derive(Debug, Default)]
+struct ReceiverState {
+    credit: u32,
+    reserved: u32,
+    buffer: VecDeque<ReceivedMessage>,
+    closed: bool,
+}
+
+/// The part of a receiver that partitions see.
+#[derive(Debug)]
+pub(crate) struct ReceiverShared {
+    pub(crate) id: u64,
+    pub(crate) mode: ReceiveMode,
+    pub(crate) queue: SubQueue,
+    state: Mutex<ReceiverState>,
+    /// Woken when a message lands in the buffer, or the receiver closes.
+    arrived: Notify,
+    /// Woken when a reservation ends (delivered or cancelled).
+    settled: Notify,
+}
+
+impl ReceiverShared {
+    fn lock(&self) -> MutexGuard<'_, ReceiverState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes one unit of credit for a delivery about to be made. False if there is none.
+    pub(crate) fn try_reserve(&self) -> bool {
+        let mut s = self.lock();
+        if s.closed || s.credit == 0 {
+            return false;
+        }
+        s.credit -= 1;
+        s.reserved += 1;
+        true
+    }
+
+    /// Hands a reserved delivery to the receiver.
+    pub(crate) fn deliver(&self, message: ReceivedMessage) {
+        {
+            let mut s = self.lock();
+            s.reserved -= 1;
+            s.buffer.push_back(message);
+        }
+        self.arrived.notify_one();
+        self.settled.notify_waiters();
+    }
+
+    /// Gives back a reservation whose delivery did not happen.
+    pub(crate) fn cancel_reservation(&self) {
+        {
+            let mut s = self.lock();
+            s.reserved -= 1;
+            s.credit += 1;
+        }
+        self.settled.notify_waiters();
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    pub(crate) fn has_credit(&self) -> bool {
+        let s = self.lock();
+        !s.closed && s.credit > 0
+    }
+
+    pub(crate) fn close(&self) {
+        self.lock().closed = true;
+        self.arrived.notify_waiters();
+        self.arrived.notify_one();
+    }
+}
+
+/// A consumer of one entity (or its dead-letter queue), fed by every partition.
+///
+/// Give it credit with [`Receiver::add_credit`]; messages then arrive in its buffer and are taken
+/// with [`Receiver::recv`]. Dropping the receiver detaches it; messages it held locks on stay
+/// locked until they are settled or their locks expire.
+pub struct Receiver {
+    shared: Arc<ReceiverShared>,
+    entity: Arc<EntityHandle>,
+}
+
+impl fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Receiver")
+            .field("entity", &self.entity.name)
+            .field("queue", &self.shared.queue)
+            .field("mode", &self.shared.mode)
+            .finish()
+    }
+}
+
+impl Receiver {
+    pub(crate) async fn attach(
+        entity: Arc<EntityHandle>,
+        id: u64,
+        mode: ReceiveMode,
+        queue: SubQueue,
+    ) -> Self {
+        let shared = Arc::new(ReceiverShared {
+            id,
+            mode,
+            queue,
+            state: Mutex::new(ReceiverState::default()),
+            arrived: Notify::new(),
+            settled: Notify::new(),
+        });
+        for partition in &entity.partitions {
+            partition.send(Command::Attach(shared.clone())).await;
+        }
+        Receiver { shared, entity }
+    }
+
+    pub fn mode(&self) -> ReceiveMode {
+        self.shared.mode
+    }
+
+    /// Credit not yet used.
+    pub fn credit(&self) -> u32 {
+        self.shared.lock().credit
+    }
+
+    /// Messages delivered and not yet taken with [`Receiver::recv`].
+    pub fn buffered(&self) -> usize {
+        self.shared.lock().buffer.len()
+    }
+
+    /// Allows `n` more deliveries.
+    pub fn add_credit(&self, n: u32) {
+        if n == 0 {
+            return;
+        }
+        {
+            let mut s = self.shared.lock();
+            s.credit = s.credit.saturating_add(n);
+        }
+        // Pairs with the fence in the partition after it publishes a deliverable message:
+        // either the partition sees this credit, or this sees its message and nudges it.
+        fence(Ordering::SeqCst);
+        let queue = self.shared.queue;
+        for partition in &self.entity.partitions {
+            if partition.shared.has_deliverable(queue) {
+                partition.nudge();
+            }
+        }
+    }
+
+    /// The next delivered message, waiting until one arrives. `None` once the receiver is
+    /// closed (its entity was deleted) and its buffer is empty.
+    pub async fn recv(&self) -> Option<ReceivedMessage> {
+        loop {
+            let notified = self.shared.arrived.notified();
+            {
+                let mut s = self.shared.lock();
+                if let Some(m) = s.buffer.pop_front() {
+                    return Some(m);
+                }
+                if s.closed {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// The next delivered message, if one is buffered.
+    pub fn try_recv(&self) -> Option<ReceivedMessage> {
+        self.shared.lock().buffer.pop_front()
+    }
+
+    /// Delivers what every partition has, up to the credit, then sets the credit to zero.
+    /// Returns the credit given up. Every message that used credit is in the buffer when this
+    /// returns (AMQP's drain).
+    pub async fn drain(&self) -> u32 {
+        let mut acks = Vec::with_capacity(self.entity.partitions.len());
+        for partition in &self.entity.partitions {
+            let (tx, rx) = oneshot::channel();
+            partition.send(Command::Drain(tx)).await;
+            acks.push(rx);
+        }
+        for ack in acks {
+            let _ = ack.await;
+        }
+        let discarded = std::mem::take(&mut self.shared.lock().credit);
+        loop {
+            let settled = self.shared.settled.notified();
+            if self.shared.lock().reserved == 0 {
+                return discarded;
+            }
+            settled.await;
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.shared.close();
+        for partition in &self.entity.partitions {
+            partition.try_send(Command::Detach(self.shared.id));
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! `cargo xtask ci`: the checks CI runs, in order, stopping at the first failure.
+
+use anyhow::Result;
+
+/// Each step: a name for messages, and the `cargo` arguments.
+const STEPS: &[(&str, &[&str])] = &[
+    ("fmt", &["fmt", "--all", "--", "--check"]),
+    (
+        "clippy",
+        &["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"],
+    ),
+    ("test", &["test", "--workspace", "--all-features"]),
+];
+
+pub(crate) fn run(args: &[String]) -> Result<()> {
+    crate::no_arguments("ci", args)?;
+    for (index, (name, cargo_args)) in STEPS.iter().enumerate() {
+        let step = format!("ci step {}/{} `{name}`", index + 1, STEPS.len());
+        eprintln!("xtask: {step}");
+        crate::run_cargo(&step, cargo_args)?;
+    }
+    eprintln!("xtask: ci passed ({} steps)", STEPS.len());
+    Ok(())
+}
