@@ -97,6 +97,8 @@ pub(crate) struct EntityHandle {
     pub(crate) id: EntityId,
     pub(crate) name: String,
     record: RwLock<EntityRecord>,
+    /// The description in `record`, shared cheaply with the hot path.
+    description: RwLock<Arc<QueueDescription>>,
     pub(crate) partitions: Vec<PartitionHandle>,
     round_robin: RoundRobin,
 }
@@ -112,10 +114,13 @@ impl EntityHandle {
         self.record.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn description(&self) -> QueueDescription {
-        match self.record().kind {
-            EntityKind::Queue(d) => d,
-        }
+    fn description(&self) -> Arc<QueueDescription> {
+        self.description.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set_record(&self, record: EntityRecord, description: Arc<QueueDescription>) {
+        *self.record.write().unwrap_or_else(|e| e.into_inner()) = record;
+        *self.description.write().unwrap_or_else(|e| e.into_inner()) = description;
     }
 
     fn partition(&self, id: PartitionId) -> Option<&PartitionHandle> {
@@ -246,6 +251,7 @@ impl Broker {
             id: record.id,
             name: record.name.clone(),
             record: RwLock::new(record),
+            description: RwLock::new(description),
             partitions,
             round_robin: RoundRobin::default(),
         })
@@ -408,8 +414,8 @@ impl Broker {
         let mut batch = WriteBatch::new();
         batch.put(keys::entity(&name.to_lowercase()), codec::encode_entity(&record));
         self.inner.store.write(batch).await?;
-        *entity.record.write().unwrap_or_else(|e| e.into_inner()) = record.clone();
         let shared = Arc::new(description);
+        entity.set_record(record.clone(), shared.clone());
         for p in &entity.partitions {
             p.send(Command::Update(shared.clone())).await;
         }

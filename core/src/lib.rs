@@ -8,6 +8,7 @@
 //! - [`Broker`] is the handle transports call: management, send, receive, settle, peek.
 //! - Each partition of an entity is an actor ([`partition`]) that owns its state and writes it
 //!   through to the store, one write per cycle.
+//! - [`Transport`] is the front-end plug-in; [`Store`](store::Store) the storage plug-in.
 //! - The rules that need no I/O are plain functions and types: [`router`], [`dedup`],
 //!   [`description`] validation.
 
@@ -26,6 +27,7 @@ pub mod router;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod transport;
 pub mod types;
 
 pub use broker::{Availability, Broker, EntityAddress, QueueInfo, QueueRuntime};
@@ -39,6 +41,7 @@ pub use message::{
 pub use partition::SendOutcome;
 pub use receiver::Receiver;
 pub use store::{Store, StoreError, StoreErrorKind, WriteBatch};
+pub use transport::{shutdown_signal, Shutdown, ShutdownTrigger, Transport};
 pub use types::{
     EntityName, LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp,
 };

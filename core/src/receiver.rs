@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::{oneshot, Notify};
 
 use crate::broker::EntityHandle;
-use crate::message::ReceivedMessage;
+use crate::message::{Disposition, ReceivedMessage};
 use crate::partition::Command;
 use crate::types::{ReceiveMode, SubQueue};
 
@@ -218,8 +218,25 @@ impl Receiver {
 }
 
 impl Drop for Receiver {
+    /// Detaches from every partition. Messages delivered to the buffer but never taken are
+    /// released (unlocked without counting a delivery): the client never saw them.
     fn drop(&mut self) {
         self.shared.close();
+        let unseen = std::mem::take(&mut self.shared.lock().buffer);
+        for message in unseen {
+            let Some(lock) = message.lock else { continue };
+            if let Some(partition) =
+                self.entity.partitions.get(usize::from(lock.token.partition().0))
+            {
+                let (reply, _) = oneshot::channel();
+                partition.try_send(Command::Settle {
+                    queue: self.shared.queue,
+                    token: lock.token,
+                    disposition: Disposition::Release,
+                    reply,
+                });
+            }
+        }
         for partition in &self.entity.partitions {
             partition.try_send(Command::Detach(self.shared.id));
         }

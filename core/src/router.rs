@@ -76,8 +76,10 @@ mod tests {
 
     #[test]
     fn router_precedence() {
-        // (session, partition key, message id, duplicate detection) → key
-        let cases: [(&str, Option<&str>, Option<&str>, Option<&str>, bool, Option<&str>); 8] = [
+        // (name, session, partition key, message id, duplicate detection, expected key)
+        type Case<'a> =
+            (&'a str, Option<&'a str>, Option<&'a str>, Option<&'a str>, bool, Option<&'a str>);
+        let cases: [Case<'_>; 8] = [
             ("session wins", Some("s"), None, Some("m"), true, Some("s")),
             ("session equal to key", Some("s"), Some("s"), Some("m"), true, Some("s")),
             ("partition key next", None, Some("k"), Some("m"), true, Some("k")),
