@@ -1,0 +1,137 @@
+//! The core reports what it does through the `metrics` facade, under the catalogue's names.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::metrics::{SharedString, Unit};
+use ironbus_core::metrics as m;
+use ironbus_core::*;
+use ironbus_store_memory::MemoryStore;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use metrics_util::{CompositeKey, MetricKind};
+
+type Snapshot = Vec<(CompositeKey, Option<Unit>, Option<SharedString>, DebugValue)>;
+
+/// The value of a counter with the given labels, 0 if it was never touched.
+fn counter(snapshot: &Snapshot, name: &str, labels: &[(&str, &str)]) -> u64 {
+    snapshot
+        .iter()
+        .filter(|(key, _, _, _)| key.kind() == MetricKind::Counter && key.key().name() == name)
+        .filter(|(key, _, _, _)| {
+            labels.iter().all(|(k, v)| key.key().labels().any(|l| l.key() == *k && l.value() == *v))
+        })
+        .map(|(_, _, _, value)| match value {
+            DebugValue::Counter(n) => *n,
+            _ => 0,
+        })
+        .sum()
+}
+
+#[test]
+fn broker_reports_traffic_settlements_dead_letters_duplicates_and_lock_expiry() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    ::metrics::with_local_recorder(&recorder, || {
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            let clock = Arc::new(ManualClock::default());
+            let broker = Broker::open(
+                Arc::new(MemoryStore::new()),
+                clock.clone(),
+                NamespaceLimits::default(),
+            )
+            .await
+            .unwrap();
+            let description = QueueDescription {
+                requires_duplicate_detection: true,
+                max_delivery_count: 1,
+                ..Default::default()
+            };
+            broker.create_queue("q", description).await.unwrap();
+            let sent = (0..4).map(|i| Message::new("x").with_message_id(format!("m{i}"))).collect();
+            broker.send("q", sent).await.unwrap();
+            let duplicate = broker.send("q", vec![Message::new("x").with_message_id("m0")]).await;
+            assert_eq!(duplicate.unwrap(), vec![SendOutcome::Duplicate]);
+
+            let receiver = broker.open_receiver("q", ReceiveMode::PeekLock).await.unwrap();
+            receiver.add_credit(4);
+            let mut got = Vec::new();
+            for _ in 0..4 {
+                got.push(receiver.recv().await.unwrap());
+            }
+            let token = |i: usize| got[i].lock_token().unwrap();
+            broker.complete("q", token(0)).await.unwrap();
+            broker
+                .settle(
+                    "q",
+                    token(1),
+                    Disposition::DeadLetter {
+                        reason: Some("bad".into()),
+                        description: None,
+                        properties: Default::default(),
+                    },
+                )
+                .await
+                .unwrap();
+            broker
+                .settle("q", token(2), Disposition::Abandon { properties: Default::default() })
+                .await
+                .unwrap();
+            // The fourth lock expires; with MaxDeliveryCount 1 the message is dead-lettered.
+            clock.advance(Duration::from_secs(61));
+            let runtime = broker.get_queue_runtime("q").await.unwrap();
+            assert_eq!(runtime.dead_letter_message_count, 3);
+        });
+    });
+
+    // A snapshot drains the recorder's counters: take one.
+    let snapshot = snapshotter.snapshot().into_vec();
+    let kind = [("entity_kind", "queue")];
+    assert_eq!(counter(&snapshot, m::MESSAGES_INCOMING_TOTAL, &kind), 4);
+    assert_eq!(counter(&snapshot, m::MESSAGES_OUTGOING_TOTAL, &kind), 4);
+    assert_eq!(counter(&snapshot, m::DUPLICATES_DROPPED_TOTAL, &[]), 1);
+    assert_eq!(counter(&snapshot, m::SETTLEMENTS_TOTAL, &[("outcome", "complete")]), 1);
+    assert_eq!(counter(&snapshot, m::SETTLEMENTS_TOTAL, &[("outcome", "dead_letter")]), 1);
+    assert_eq!(counter(&snapshot, m::SETTLEMENTS_TOTAL, &[("outcome", "abandon")]), 1);
+    assert_eq!(counter(&snapshot, m::LOCK_EXPIRATIONS_TOTAL, &[]), 1);
+    assert_eq!(counter(&snapshot, m::DEAD_LETTERED_TOTAL, &[("reason", "client")]), 1);
+    assert_eq!(
+        counter(&snapshot, m::DEAD_LETTERED_TOTAL, &[("reason", "MaxDeliveryCountExceeded")]),
+        2
+    );
+}
+
+#[test]
+fn every_emitted_metric_is_in_the_catalogue() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    ::metrics::with_local_recorder(&recorder, || {
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            let broker = Broker::open(
+                Arc::new(MemoryStore::new()),
+                Arc::new(ManualClock::default()),
+                NamespaceLimits::default(),
+            )
+            .await
+            .unwrap();
+            broker.create_queue("q", QueueDescription::default()).await.unwrap();
+            broker.send("q", vec![Message::new("x")]).await.unwrap();
+            let receiver = broker.open_receiver("q", ReceiveMode::ReceiveAndDelete).await.unwrap();
+            receiver.add_credit(1);
+            receiver.recv().await.unwrap();
+        });
+    });
+    let names: Vec<String> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(k, _, _, _)| k.key().name().to_owned())
+        .collect();
+    assert!(!names.is_empty());
+    for name in names {
+        assert!(m::CATALOGUE.iter().any(|d| d.name == name), "{name} is not in the catalogue");
+    }
+}
