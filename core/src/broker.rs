@@ -440,8 +440,10 @@ impl Broker {
 
     // ---- sending ----
 
-    /// Sends messages to a queue. Each goes to the partition the router picks; keyless messages
-    /// of one call go together to the next partition in turn that is available.
+    /// Sends messages to a queue, atomically: all are stored or none. On a partitioned entity
+    /// the router picks the partition from the messages' partition key, which all keyed messages
+    /// of one call must share; a call without any key goes to the next available partition in
+    /// turn.
     ///
     /// Returns, per message, its sequence number or that it was dropped as a duplicate.
     pub async fn send(
@@ -481,54 +483,46 @@ impl Broker {
             )));
         }
 
-        // Group by partition, remembering each message's place.
-        let count = messages.len();
-        let mut keyed: HashMap<PartitionId, (Vec<usize>, Vec<Message>)> = HashMap::new();
-        let mut keyless: (Vec<usize>, Vec<Message>) = (Vec::new(), Vec::new());
-        for (i, message) in messages.into_iter().enumerate() {
-            let group = if description.enable_partitioning {
-                match router::partition_key(
-                    &message.properties,
+        // One call is one atomic write to one partition. On a partitioned entity every message
+        // that names a partition key (SessionId or PartitionKey) must name the same one, as in a
+        // Service Bus transaction; messages without one travel with them. A batch without an
+        // explicit key is routed like Service Bus routes a batch envelope: by the first
+        // message's MessageId when duplicate detection is on, else to the next partition in turn.
+        let partition = if description.enable_partitioning {
+            let mut batch_key: Option<&str> = None;
+            for message in &messages {
+                let Some(key) = router::partition_key(&message.properties, false)? else {
+                    continue;
+                };
+                match batch_key {
+                    Some(first) if first != key => {
+                        return Err(BrokerError::InvalidOperation(format!(
+                            "the messages of one batch sent to partitioned entity {} must share \
+                             one partition key; found {first:?} and {key:?}",
+                            entity.name
+                        )))
+                    }
+                    _ => batch_key = Some(key),
+                }
+            }
+            let key = match (batch_key, messages.first()) {
+                (Some(key), _) => Some(key),
+                (None, Some(first)) => router::partition_key(
+                    &first.properties,
                     description.requires_duplicate_detection,
-                )? {
-                    Some(key) => keyed
-                        .entry(router::partition_for_key(key, description.partitions()))
-                        .or_default(),
-                    None => &mut keyless,
-                }
-            } else {
-                keyed.entry(PartitionId(0)).or_default()
+                )?,
+                (None, None) => None,
             };
-            group.0.push(i);
-            group.1.push(message);
-        }
-
-        let mut outcomes = vec![SendOutcome::Duplicate; count];
-        let mut pending = Vec::with_capacity(keyed.len());
-        for (partition, (places, messages)) in keyed {
-            let handle = entity.partition(partition).expect("router stays within the entity");
-            let (tx, rx) = oneshot::channel();
-            handle.send(Command::Send { messages, reply: tx }).await;
-            pending.push((places, rx));
-        }
-        let mut first_error = None;
-        if !keyless.1.is_empty() {
-            match self.send_round_robin(&entity, keyless.1).await {
-                Ok(done) => place(&mut outcomes, &keyless.0, done),
-                Err(e) => first_error = Some(e),
+            key.map(|key| router::partition_for_key(key, description.partitions()))
+        } else {
+            Some(PartitionId(0))
+        };
+        match partition {
+            Some(partition) => {
+                let handle = entity.partition(partition).expect("router stays within the entity");
+                handle.ask(|reply| Command::Send { messages, reply }).await
             }
-        }
-        for (places, rx) in pending {
-            match rx.await.unwrap_or(Err(BrokerError::ShuttingDown)) {
-                Ok(done) => place(&mut outcomes, &places, done),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(outcomes),
+            None => self.send_round_robin(&entity, messages).await,
         }
     }
 
@@ -722,12 +716,6 @@ fn queue_info(record: &EntityRecord) -> QueueInfo {
         description: description.clone(),
         created_at: record.created_at,
         updated_at: record.updated_at,
-    }
-}
-
-fn place(outcomes: &mut [SendOutcome], places: &[usize], done: Vec<SendOutcome>) {
-    for (&i, outcome) in places.iter().zip(done) {
-        outcomes[i] = outcome;
     }
 }
 
