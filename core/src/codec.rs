@@ -283,6 +283,7 @@ pub fn encode_message(record: &MessageRecord) -> Bytes {
     encode_properties(&mut w, &m.application_properties);
     w.bytes(&m.body);
     w.opt_bytes(&m.raw);
+    w.bool(m.application_properties_modified);
     w.finish()
 }
 
@@ -433,7 +434,17 @@ pub fn decode_message(value: &[u8]) -> DecodeResult<MessageRecord> {
     let application_properties = decode_properties(&mut r)?;
     let body = r.bytes()?;
     let raw = r.opt(Reader::bytes)?;
-    Ok(MessageRecord { message: Message { properties, application_properties, body, raw }, broker })
+    let application_properties_modified = r.bool()?;
+    Ok(MessageRecord {
+        message: Message {
+            properties,
+            application_properties,
+            body,
+            raw,
+            application_properties_modified,
+        },
+        broker,
+    })
 }
 
 /// A partition's own record: the last sequence counter it issued.
@@ -507,6 +518,7 @@ mod tests {
                 application_properties: props,
                 body: Bytes::from_static(b"body"),
                 raw: Some(Bytes::from_static(b"raw")),
+                application_properties_modified: true,
             },
             broker: BrokerProperties {
                 sequence_number: SequenceNumber((3 << 48) | 5),

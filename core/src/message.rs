@@ -55,14 +55,17 @@ pub struct MessageProperties {
 ///
 /// `body` is the application payload (an AMQP data section's bytes, an HTTP request body).
 /// `raw` lets a transport keep the message exactly as its client encoded it (for AMQP, the bare
-/// message's bytes), so it can deliver it later without re-encoding; the core never reads it,
-/// and drops it when it changes something the encoding holds (properties to modify).
+/// message's bytes), so it can deliver it later without re-encoding; the core never reads it.
+/// When the core changes the application properties (properties to modify, dead-letter reasons)
+/// it sets `application_properties_modified`: the transport then encodes that section from
+/// `application_properties` and the rest from `raw`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Message {
     pub properties: MessageProperties,
     pub application_properties: ApplicationProperties,
     pub body: Bytes,
     pub raw: Option<Bytes>,
+    pub application_properties_modified: bool,
 }
 
 impl Message {

@@ -1040,13 +1040,13 @@ fn scheduled_at(entry: &Entry) -> Option<Timestamp> {
     (entry.broker.state == MessageState::Scheduled).then_some(entry.broker.enqueued_time)
 }
 
-/// Merges "properties to modify" into a message's application properties. The transport's
-/// encoding no longer matches, so it is dropped.
+/// Merges "properties to modify" into a message's application properties, and marks them
+/// modified so a transport re-encodes that section rather than reuse the client's.
 fn merge_properties(entry: &mut Entry, properties: ApplicationProperties) {
     if properties.is_empty() {
         return;
     }
     let message = Arc::make_mut(&mut entry.message);
     message.application_properties.extend(properties);
-    message.raw = None;
+    message.application_properties_modified = true;
 }

@@ -1,0 +1,1 @@
+//! ironbus-transport-amqp: Azure Service Bus's AMQP 1.0 dialect.
