@@ -7,6 +7,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -25,6 +27,9 @@ use crate::receiver::Receiver;
 use crate::router::{self, RoundRobin};
 use crate::store::{Store, WriteBatch};
 use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp};
+
+/// The answer to a send started with [`Broker::start_send`].
+pub type SendFuture = Pin<Box<dyn Future<Output = Result<Vec<SendOutcome>>> + Send>>;
 
 /// The name of the dead-letter sub-queue in addresses.
 pub const DEAD_LETTER_QUEUE: &str = "$DeadLetterQueue";
@@ -133,7 +138,7 @@ impl EntityHandle {
 
     fn close(&self) {
         for p in &self.partitions {
-            p.try_send(Command::Close);
+            p.send(Command::Close);
         }
     }
 }
@@ -417,7 +422,7 @@ impl Broker {
         let shared = Arc::new(description);
         entity.set_record(record.clone(), shared.clone());
         for p in &entity.partitions {
-            p.send(Command::Update(shared.clone())).await;
+            p.send(Command::Update(shared.clone()));
         }
         Ok(queue_info(&record))
     }
@@ -451,6 +456,18 @@ impl Broker {
         address: impl Into<EntityAddress>,
         messages: Vec<Message>,
     ) -> Result<Vec<SendOutcome>> {
+        self.start_send(address, messages)?.await
+    }
+
+    /// [`Broker::send`] in two steps: the messages are checked, routed and queued on their
+    /// partition before this returns; the future then waits for them to be stored. Sends
+    /// started one after another on the same partition are stored in that order, so a
+    /// transport can pipeline a link's sends and keep their order.
+    pub fn start_send(
+        &self,
+        address: impl Into<EntityAddress>,
+        messages: Vec<Message>,
+    ) -> Result<SendFuture> {
         let address = address.into();
         let entity = self.entity(&address.entity)?;
         let description = entity.description();
@@ -517,37 +534,14 @@ impl Broker {
         } else {
             Some(PartitionId(0))
         };
+        let messages: Vec<Arc<Message>> = messages.into_iter().map(Arc::new).collect();
         match partition {
             Some(partition) => {
                 let handle = entity.partition(partition).expect("router stays within the entity");
-                handle.ask(|reply| Command::Send { messages, reply }).await
+                Ok(Box::pin(handle.ask(|reply| Command::Send { messages, reply })))
             }
-            None => self.send_round_robin(&entity, messages).await,
+            None => Ok(send_round_robin(entity, messages)),
         }
-    }
-
-    /// Sends keyless messages to the next partition in turn, skipping unavailable ones: those
-    /// known to be unavailable first, and those that turn out to be so on the way.
-    async fn send_round_robin(
-        &self,
-        entity: &EntityHandle,
-        messages: Vec<Message>,
-    ) -> Result<Vec<SendOutcome>> {
-        let order: Vec<PartitionId> =
-            entity.round_robin.order(entity.partitions.len() as u16).collect();
-        let (up, down): (Vec<_>, Vec<_>) = order
-            .into_iter()
-            .partition(|p| entity.partition(*p).is_some_and(|h| h.shared.is_available()));
-        let mut last_error = None;
-        for partition in up.into_iter().chain(down) {
-            let handle = entity.partition(partition).expect("order stays within the entity");
-            let batch = messages.clone();
-            match handle.ask(|reply| Command::Send { messages: batch, reply }).await {
-                Err(e @ BrokerError::PartitionUnavailable { .. }) => last_error = Some(e),
-                other => return other,
-            }
-        }
-        Err(last_error.unwrap_or(BrokerError::ShuttingDown))
     }
 
     /// Schedules messages for later: each must carry a scheduled enqueue time. Returns their
@@ -709,6 +703,34 @@ impl Broker {
     }
 }
 
+/// Stores keyless messages in the next partition in turn, skipping unavailable ones: those
+/// known to be unavailable last, and those that turn out to be so on the way. The first
+/// attempt is queued before this returns.
+fn send_round_robin(entity: Arc<EntityHandle>, messages: Vec<Arc<Message>>) -> SendFuture {
+    let order: Vec<PartitionId> =
+        entity.round_robin.order(entity.partitions.len() as u16).collect();
+    let (up, down): (Vec<_>, Vec<_>) = order
+        .into_iter()
+        .partition(|p| entity.partition(*p).is_some_and(|h| h.shared.is_available()));
+    let mut order = up.into_iter().chain(down);
+    let first = order.next().expect("an entity has at least one partition");
+    let first_try = entity
+        .partition(first)
+        .expect("order stays within the entity")
+        .ask(|reply| Command::Send { messages: messages.clone(), reply });
+    Box::pin(async move {
+        let mut outcome = first_try.await;
+        for partition in order {
+            if !matches!(outcome, Err(BrokerError::PartitionUnavailable { .. })) {
+                break;
+            }
+            let handle = entity.partition(partition).expect("order stays within the entity");
+            outcome = handle.ask(|reply| Command::Send { messages: messages.clone(), reply }).await;
+        }
+        outcome
+    })
+}
+
 fn queue_info(record: &EntityRecord) -> QueueInfo {
     let EntityKind::Queue(description) = &record.kind;
     QueueInfo {
@@ -744,7 +766,7 @@ async fn ask_all<T>(
     let mut pending = Vec::with_capacity(entity.partitions.len());
     for p in &entity.partitions {
         let (tx, rx) = oneshot::channel();
-        p.send(make(tx)).await;
+        p.send(make(tx));
         pending.push(rx);
     }
     let mut answers = Vec::with_capacity(pending.len());

@@ -38,8 +38,6 @@ use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue
 
 /// The most commands one cycle takes.
 const MAX_BATCH: usize = 512;
-/// Queued commands per partition before senders wait.
-const CHANNEL_CAPACITY: usize = 4096;
 /// How often an unavailable partition tries to rebuild itself from the store.
 const RETRY_INTERVAL: Duration = Duration::from_secs(1);
 /// Rows per store scan while rebuilding.
@@ -67,7 +65,7 @@ pub struct PartitionCounts {
 /// A request to a partition actor.
 pub(crate) enum Command {
     Send {
-        messages: Vec<Message>,
+        messages: Vec<Arc<Message>>,
         reply: oneshot::Sender<Result<Vec<SendOutcome>>>,
     },
     Cancel {
@@ -138,38 +136,36 @@ impl PartitionShared {
 #[derive(Debug, Clone)]
 pub(crate) struct PartitionHandle {
     pub(crate) id: PartitionId,
-    tx: mpsc::Sender<Command>,
+    tx: mpsc::UnboundedSender<Command>,
     pub(crate) shared: Arc<PartitionShared>,
 }
 
 impl PartitionHandle {
-    /// Queues a command; if the actor is gone the command (and its reply channel) is dropped,
-    /// which the caller sees as [`BrokerError::ShuttingDown`].
-    pub(crate) async fn send(&self, command: Command) {
-        let _ = self.tx.send(command).await;
-    }
-
-    pub(crate) fn try_send(&self, command: Command) {
-        let _ = self.tx.try_send(command);
+    /// Queues a command, without waiting. The queue is unbounded: transports bound what they
+    /// submit by the credit they grant their clients. If the actor is gone the command (and its
+    /// reply channel) is dropped, which the caller sees as [`BrokerError::ShuttingDown`].
+    pub(crate) fn send(&self, command: Command) {
+        let _ = self.tx.send(command);
     }
 
     /// Asks the actor to deliver, unless such a request is already queued.
     pub(crate) fn nudge(&self) {
-        if !self.shared.nudge_pending.swap(true, Ordering::AcqRel)
-            && self.tx.try_send(Command::Deliver).is_err()
-        {
-            self.shared.nudge_pending.store(false, Ordering::Release);
+        if !self.shared.nudge_pending.swap(true, Ordering::AcqRel) {
+            self.send(Command::Deliver);
         }
     }
 
-    /// Sends a request and waits for its answer.
-    pub(crate) async fn ask<T>(
+    /// Sends a request now; the returned future waits for its answer.
+    pub(crate) fn ask<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command,
-    ) -> Result<T> {
+    ) -> impl std::future::Future<Output = Result<T>> + Send + 'static
+    where
+        T: Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
-        self.send(make(tx)).await;
-        rx.await.unwrap_or(Err(BrokerError::ShuttingDown))
+        self.send(make(tx));
+        async move { rx.await.unwrap_or(Err(BrokerError::ShuttingDown)) }
     }
 }
 
@@ -186,7 +182,7 @@ pub(crate) struct PartitionContext {
 
 /// Starts the actor of one partition on the current tokio runtime.
 pub(crate) fn spawn(context: PartitionContext) -> PartitionHandle {
-    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let (tx, rx) = mpsc::unbounded_channel();
     let shared = Arc::new(PartitionShared {
         available: AtomicBool::new(true),
         deliverable: [AtomicU64::new(0), AtomicU64::new(0)],
@@ -284,7 +280,7 @@ impl Partition {
         }
     }
 
-    async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         let mut commands = Vec::with_capacity(MAX_BATCH);
         loop {
             let deadline = self.next_deadline();
@@ -639,7 +635,7 @@ impl Partition {
 
     // ---- sending ----
 
-    fn enqueue(&mut self, messages: Vec<Message>, now: Timestamp) -> Result<Vec<SendOutcome>> {
+    fn enqueue(&mut self, messages: Vec<Arc<Message>>, now: Timestamp) -> Result<Vec<SendOutcome>> {
         let desc = self.cx.description.clone();
         let mut outcomes = Vec::with_capacity(messages.len());
         for message in messages {
@@ -688,7 +684,7 @@ impl Partition {
                 dead_letter_error_description: None,
             };
             let size = message.size() as u64;
-            let entry = Entry { message: Arc::new(message), broker, lock: None, size };
+            let entry = Entry { message, broker, lock: None, size };
             self.batch.put(
                 keys::message(self.cx.entity_id, self.cx.partition, SubQueue::Main, seq),
                 codec::encode_message(&entry.record()),

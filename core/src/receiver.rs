@@ -27,6 +27,8 @@ struct ReceiverState {
     reserved: u32,
     buffer: VecDeque<ReceivedMessage>,
     closed: bool,
+    /// Also woken on every arrival (a transport's connection task).
+    watcher: Option<Arc<Notify>>,
 }
 
 /// The part of a receiver that partitions see.
@@ -60,10 +62,14 @@ impl ReceiverShared {
 
     /// Hands a reserved delivery to the receiver.
     pub(crate) fn deliver(&self, message: ReceivedMessage) {
-        {
+        let watcher = {
             let mut s = self.lock();
             s.reserved -= 1;
             s.buffer.push_back(message);
+            s.watcher.clone()
+        };
+        if let Some(watcher) = watcher {
+            watcher.notify_one();
         }
         self.arrived.notify_one();
         self.settled.notify_waiters();
@@ -89,7 +95,14 @@ impl ReceiverShared {
     }
 
     pub(crate) fn close(&self) {
-        self.lock().closed = true;
+        let watcher = {
+            let mut s = self.lock();
+            s.closed = true;
+            s.watcher.clone()
+        };
+        if let Some(watcher) = watcher {
+            watcher.notify_one();
+        }
         self.arrived.notify_waiters();
         self.arrived.notify_one();
     }
@@ -131,7 +144,7 @@ impl Receiver {
             settled: Notify::new(),
         });
         for partition in &entity.partitions {
-            partition.send(Command::Attach(shared.clone())).await;
+            partition.send(Command::Attach(shared.clone()));
         }
         Receiver { shared, entity }
     }
@@ -159,6 +172,43 @@ impl Receiver {
             let mut s = self.shared.lock();
             s.credit = s.credit.saturating_add(n);
         }
+        self.credit_added();
+    }
+
+    /// Sets how many messages the receiver may hold in all: the buffer, the deliveries under
+    /// way and the credit left. This is AMQP's link credit as a client states it in a flow; a
+    /// lower value takes back unused credit (deliveries already under way still arrive).
+    pub fn set_outstanding(&self, n: u32) {
+        let increased = {
+            let mut s = self.shared.lock();
+            let target = n.saturating_sub(s.reserved + s.buffer.len() as u32);
+            let increased = target > s.credit;
+            s.credit = target;
+            increased
+        };
+        if increased {
+            self.credit_added();
+        }
+    }
+
+    /// Credit left, deliveries under way and buffered messages, together.
+    pub fn outstanding(&self) -> u32 {
+        let s = self.shared.lock();
+        s.credit + s.reserved + s.buffer.len() as u32
+    }
+
+    /// Also wakes `watcher` whenever a message arrives in the buffer or the receiver closes, so
+    /// one task can serve many receivers with [`Receiver::try_recv`].
+    pub fn watch_with(&self, watcher: Arc<Notify>) {
+        self.shared.lock().watcher = Some(watcher);
+    }
+
+    /// Whether the receiver was closed by the broker (its entity deleted, shutdown).
+    pub fn is_closed(&self) -> bool {
+        self.shared.is_closed()
+    }
+
+    fn credit_added(&self) {
         // Pairs with the fence in the partition after it publishes a deliverable message:
         // either the partition sees this credit, or this sees its message and nudges it.
         fence(Ordering::SeqCst);
@@ -200,7 +250,7 @@ impl Receiver {
         let mut acks = Vec::with_capacity(self.entity.partitions.len());
         for partition in &self.entity.partitions {
             let (tx, rx) = oneshot::channel();
-            partition.send(Command::Drain(tx)).await;
+            partition.send(Command::Drain(tx));
             acks.push(rx);
         }
         for ack in acks {
@@ -229,7 +279,7 @@ impl Drop for Receiver {
                 self.entity.partitions.get(usize::from(lock.token.partition().0))
             {
                 let (reply, _) = oneshot::channel();
-                partition.try_send(Command::Settle {
+                partition.send(Command::Settle {
                     queue: self.shared.queue,
                     token: lock.token,
                     disposition: Disposition::Release,
@@ -238,7 +288,7 @@ impl Drop for Receiver {
             }
         }
         for partition in &self.entity.partitions {
-            partition.try_send(Command::Detach(self.shared.id));
+            partition.send(Command::Detach(self.shared.id));
         }
     }
 }
