@@ -12,6 +12,7 @@
 //! - The rules that need no I/O are plain functions and types: [`router`], [`dedup`],
 //!   [`description`] validation.
 
+pub mod auth;
 pub mod broker;
 pub mod clock;
 pub mod codec;

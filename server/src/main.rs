@@ -1,22 +1,39 @@
-//! `ironbus`: the default server, assembled from the workspace's crates.
-//!
-//! This version runs the broker engine on the in-memory store; the AMQP and HTTP transports,
-//! RocksDB and entity configuration arrive with their own issues.
+//! `ironbus`: the default server, assembled from the workspace's crates: the broker engine on the
+//! chosen store, the AMQP transport, SAS keys and entities declared in a config file.
 
+mod config;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use ironbus_core::auth::{Authorizer, Rights, SasPolicy, DEVELOPMENT_KEY, DEVELOPMENT_POLICY_NAME};
 use ironbus_core::{shutdown_signal, Broker, NamespaceLimits, Store, SystemClock, Transport};
 use ironbus_store_memory::MemoryStore;
+use ironbus_transport_amqp::AmqpTransport;
 
 /// An Azure Service Bus compatible message broker.
 #[derive(Debug, Parser)]
 #[command(name = "ironbus", version)]
 struct Args {
-    /// Storage engine: `memory` (not durable).
+    /// Where the AMQP listener binds (Service Bus SDKs in emulator mode use port 5672).
+    #[arg(long, env = "IRONBUS_AMQP_ADDR", default_value = "127.0.0.1:5672")]
+    amqp_addr: SocketAddr,
+    /// Storage engine: `memory` (not durable; RocksDB arrives with its own issue).
     #[arg(long, env = "IRONBUS_STORE", default_value = "memory")]
     store: String,
+    /// Data directory of durable stores.
+    #[arg(long, env = "IRONBUS_DATA_DIR", default_value = "./data")]
+    data_dir: PathBuf,
+    /// Entities to declare at start-up, in the Service Bus emulator's config.json format.
+    #[arg(long, env = "IRONBUS_CONFIG")]
+    config: Option<PathBuf>,
+    /// The key of the namespace policy RootManageSharedAccessKey. Without it the emulator's
+    /// well-known development key is used, and only loopback addresses may be served.
+    #[arg(long, env = "IRONBUS_SAS_KEY", hide_env_values = true)]
+    sas_key: Option<String>,
     /// Most entities (queues and topics) in the namespace.
     #[arg(long, env = "IRONBUS_MAX_ENTITIES", default_value_t = 10_000)]
     max_entities: usize,
@@ -33,6 +50,28 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
+
+    let (authorizer, key) = match &args.sas_key {
+        Some(key) => {
+            let policy = SasPolicy::new(DEVELOPMENT_POLICY_NAME, key.clone(), Rights::MANAGE);
+            (Authorizer::new(vec![policy]).context("--sas-key")?, None)
+        }
+        None => {
+            if !args.amqp_addr.ip().is_loopback() {
+                bail!(
+                    "refusing to listen on {} with the public development key: set --sas-key \
+                     (or IRONBUS_SAS_KEY) to serve a non-loopback address",
+                    args.amqp_addr
+                );
+            }
+            tracing::warn!(
+                "running with the emulator's well-known development key ({DEVELOPMENT_KEY}); \
+                 anyone who can reach the port can use it. Set --sas-key for a real key"
+            );
+            (Authorizer::development(), Some(DEVELOPMENT_KEY))
+        }
+    };
+
     let store: Arc<dyn Store> = match args.store.as_str() {
         "memory" => Arc::new(MemoryStore::new()),
         other => bail!("unknown store {other:?}: this build supports `memory`"),
@@ -44,11 +83,20 @@ async fn main() -> anyhow::Result<()> {
     let broker =
         Broker::open(store, Arc::new(SystemClock), limits).await.context("opening the broker")?;
 
-    // Transports join here as their crates land (AMQP, HTTP).
-    let transports: Vec<Box<dyn Transport>> = Vec::new();
-    if transports.is_empty() {
-        tracing::warn!("no transport is built into this version: clients cannot connect yet");
+    if let Some(path) = &args.config {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
+        let queues = config::parse(&text).with_context(|| format!("config {}", path.display()))?;
+        let created = config::apply(&broker, &queues).await?;
+        tracing::info!(declared = queues.len(), created, "entities from {}", path.display());
     }
+
+    let amqp = AmqpTransport::bind(args.amqp_addr, Arc::new(authorizer))
+        .await
+        .with_context(|| format!("binding the AMQP listener on {}", args.amqp_addr))?;
+    let amqp_addr = amqp.local_addr()?;
+    let transports: Vec<Box<dyn Transport>> = vec![Box::new(amqp)];
+
     let (trigger, shutdown) = shutdown_signal();
     let mut serving = tokio::task::JoinSet::new();
     for transport in transports {
@@ -58,7 +106,16 @@ async fn main() -> anyhow::Result<()> {
             (name, transport.serve(broker, shutdown).await)
         });
     }
-    tracing::info!(store = %args.store, "ironbus started; Ctrl-C or SIGTERM stops it");
+    let shown_key = key.unwrap_or("<your --sas-key>");
+    tracing::info!(amqp = %amqp_addr, store = %args.store, "ironbus is listening");
+    #[allow(clippy::print_stdout, reason = "the connection string is for people to copy")]
+    {
+        println!(
+            "Endpoint=sb://{}:{};SharedAccessKeyName={DEVELOPMENT_POLICY_NAME};SharedAccessKey={shown_key};UseDevelopmentEmulator=true",
+            amqp_addr.ip(),
+            amqp_addr.port()
+        );
+    }
     wait_for_signal().await?;
     tracing::info!("shutting down");
     trigger.trigger();
