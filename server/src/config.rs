@@ -128,7 +128,7 @@ pub fn iso_duration(text: &str) -> Result<Duration> {
     if date.is_empty() && time.is_empty() {
         return Err(invalid());
     }
-    Ok(Duration::from_millis(millis.round() as u64))
+    Ok(Duration::from_millis(millis.floor() as u64))
 }
 
 /// Creates the declared queues that do not exist yet. Existing ones are left as they are

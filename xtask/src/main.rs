@@ -13,6 +13,7 @@
 
 mod bench;
 mod ci;
+mod compat;
 #[cfg(test)]
 mod tidy;
 
@@ -31,6 +32,11 @@ usage: cargo xtask <task>
 tasks:
     ci                  check formatting, run clippy with -D warnings, run all tests
     bench core [ARGS]   run ironbus-core's throughput benchmark; ARGS go to the benchmark
+    bench amqp [ARGS]   run the AMQP 1.0 load generator ironbus-bench; ARGS go to it (`--help`)
+    compat [SUITE] [-- ARGS]
+                        run the SDK compatibility suites (python, js; default both) against a
+                        fresh ironbus; ARGS go to the suite's runner; `compat config` prints
+                        the generated entity config
     help                print this message
 ";
 
@@ -43,6 +49,7 @@ fn main() -> ExitCode {
     let outcome = match task {
         "ci" => ci::run(rest),
         "bench" => bench::run(rest),
+        "compat" => compat::run(rest),
         "help" | "-h" | "--help" => {
             print_usage();
             Ok(())
