@@ -161,6 +161,17 @@ pub fn decode_message(payload: Bytes) -> Result<Message> {
         }
     }
 
+    // Service Bus gives every message a MessageId; a client that set none gets a new one (the
+    // js SDK, for one, cannot settle a message without it).
+    let assigned_id = match properties.message_id {
+        Some(_) => None,
+        None => {
+            let id = Uuid::new_v4().simple().to_string();
+            properties.message_id = Some(id.clone());
+            Some(id)
+        }
+    };
+
     // The raw envelope.
     let bare_len: usize = sections.iter().filter(|s| s.code >= PROPERTIES).map(|s| s.len()).sum();
     let annotations_len = kept_annotations.as_ref().map_or(0, |(_, body)| body.len() + 9);
@@ -179,9 +190,17 @@ pub fn decode_message(payload: Bytes) -> Result<Message> {
         put_map(&mut raw, *count, body);
     }
     let mut data: Vec<Range<usize>> = Vec::new();
+    if let Some(id) = &assigned_id {
+        if !sections.iter().any(|s| s.code == PROPERTIES) {
+            put_properties_with_id(&mut raw, &[0x45], id)?;
+        }
+    }
     for s in sections.iter().filter(|s| s.code >= PROPERTIES) {
         let value_at = raw.len() + 3;
-        put_section_normalized(&mut raw, buf, s);
+        match (&assigned_id, s.code) {
+            (Some(id), PROPERTIES) => put_properties_with_id(&mut raw, &buf[s.value..s.end], id)?,
+            _ => put_section_normalized(&mut raw, buf, s),
+        }
         if s.code == DATA {
             let content = binary_content(&buf[s.value..s.end])?;
             data.push(value_at + content.start..value_at + content.end);
@@ -1036,6 +1055,41 @@ fn put_described_map(out: &mut impl BufMut, code: u8, count: usize, items: &[u8]
 }
 
 /// A section with a small-ulong descriptor and its value bytes as they were.
+/// Writes a properties section whose message-id (absent or null in `list`, the section's
+/// encoded list) is `id`, a string; the other fields are copied unchanged.
+fn put_properties_with_id(out: &mut BytesMut, list: &[u8], id: &str) -> Result<()> {
+    let (count, fields): (usize, &[u8]) = match list.first() {
+        Some(0x45) => (0, &[]),
+        Some(0xc0) if list.len() >= 3 => (usize::from(list[2]), &list[3..]),
+        Some(0xd0) if list.len() >= 9 => {
+            let count = u32::from_be_bytes([list[5], list[6], list[7], list[8]]) as usize;
+            (count, &list[9..])
+        }
+        _ => return Err(CodecError::new("the properties section is not a list")),
+    };
+    // The message-id was absent (no fields) or null (`40`): drop that first field.
+    let rest = match (count, fields.first()) {
+        (0, _) => &[][..],
+        (_, Some(0x40)) => &fields[1..],
+        _ => {
+            return Err(CodecError::new(
+                "the properties section has a message-id of an unknown type",
+            ))
+        }
+    };
+    let rest_count = count.saturating_sub(1);
+    let id_len = id.len().min(255);
+    let size = 4 + 2 + id_len + rest.len();
+    out.put_slice(&[0x00, 0x53, PROPERTIES, 0xd0]);
+    out.put_u32(size as u32);
+    out.put_u32((rest_count + 1) as u32);
+    out.put_u8(0xa1);
+    out.put_u8(id_len as u8);
+    out.put_slice(&id.as_bytes()[..id_len]);
+    out.put_slice(rest);
+    Ok(())
+}
+
 fn put_section_normalized(out: &mut impl BufMut, buf: &[u8], s: &Section) {
     if s.small {
         out.put_slice(&buf[s.start..s.end]);
@@ -1452,13 +1506,16 @@ mod tests {
             .build();
         let seq = decode_message(encode_fe(&seq)).unwrap();
         assert!(seq.body.is_empty());
-        assert_eq!(RawMessage::parse(seq.raw.as_ref().unwrap()).unwrap().sections.len(), 2);
+        // The two sequences, after the properties section that carries the assigned message-id.
+        assert_eq!(RawMessage::parse(seq.raw.as_ref().unwrap()).unwrap().sections.len(), 3);
 
         // No header: defaults.
         let m = decode_message(encode_fe(&FeMessage::builder().body(data_body(&[b"x"])).build()))
             .unwrap();
         assert_eq!(&m.raw.as_ref().unwrap()[..3], &[RAW_VERSION, 0, 4]);
-        assert_eq!(m.properties, MessageProperties::default());
+        let assigned =
+            MessageProperties { message_id: m.properties.message_id.clone(), ..Default::default() };
+        assert_eq!(m.properties, assigned);
     }
 
     /// encode_delivery's output, decoded by fe2o3, for each body kind.
@@ -1619,11 +1676,9 @@ mod tests {
             m.application_properties_modified = true;
             let out = encode_delivery(&received(m, false), DeliveryOptions::default());
             let codes: Vec<u8> = section_descriptors(&out).into_iter().map(|(_, c)| c).collect();
-            let mut expected = vec![HEADER, MESSAGE_ANNOTATIONS];
-            if with_properties {
-                expected.push(PROPERTIES);
-            }
-            expected.extend([APPLICATION_PROPERTIES, DATA]);
+            // A message without properties gets a properties section for its assigned id.
+            let expected =
+                vec![HEADER, MESSAGE_ANNOTATIONS, PROPERTIES, APPLICATION_PROPERTIES, DATA];
             assert_eq!(codes, expected);
             let fe = decode_fe(&out);
             assert_eq!(fe.application_properties.unwrap().0.get("k"), Some(&SimpleValue::Long(1)));
@@ -1905,5 +1960,38 @@ mod tests {
             bytes.extend((0..len).map(|_| rng.next() as u8));
             exercise(&bytes);
         }
+    }
+
+    #[test]
+    fn a_message_without_id_gets_one_and_keeps_its_other_properties() {
+        let cases = [
+            ("no properties section", FeMessage::builder().body(data_body(&[b"x"])).build()),
+            (
+                "properties without id",
+                FeMessage::builder()
+                    .properties(Properties { subject: Some("s".into()), ..Default::default() })
+                    .body(data_body(&[b"x"]))
+                    .build(),
+            ),
+        ];
+        for (name, fe) in cases {
+            let m = decode_message(encode_fe(&fe)).unwrap();
+            let id = m.properties.message_id.clone().expect(name);
+            assert_eq!(id.len(), 32, "{name}");
+            let out = encode_delivery(&received(m, false), DeliveryOptions::default());
+            let back = decode_fe(&out);
+            let props = back.properties.expect(name);
+            assert_eq!(props.message_id, Some(MessageId::String(id)), "{name}");
+            if name == "properties without id" {
+                assert_eq!(props.subject.as_deref(), Some("s"));
+            }
+        }
+        // An id the client set is kept as it was.
+        let fe = FeMessage::builder()
+            .properties(Properties { message_id: Some(MessageId::Ulong(7)), ..Default::default() })
+            .body(data_body(&[b"x"]))
+            .build();
+        let m = decode_message(encode_fe(&fe)).unwrap();
+        assert_eq!(m.properties.message_id.as_deref(), Some("7"));
     }
 }
