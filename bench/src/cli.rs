@@ -1,0 +1,135 @@
+//! The command line: what to run against, with how many links, and how to settle.
+
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::payload::HEADER_LEN;
+
+/// An AMQP 1.0 load generator: producers and consumers run concurrently, each on its own
+/// connection, until `--messages` messages have been received (or `--timeout` passes); prints one
+/// JSON line with throughput and end-to-end latency.
+#[derive(Debug, Parser)]
+#[command(name = "ironbus-bench", version)]
+pub(crate) struct Options {
+    /// Broker URL; `amqp://USER:PASS@host:port` (percent-encoded) authenticates with SASL PLAIN,
+    /// otherwise SASL ANONYMOUS is used
+    #[arg(long, default_value = "amqp://127.0.0.1:5672")]
+    pub url: String,
+
+    /// Node to send to and receive from (RabbitMQ's durable queue `bench`: `/amq/queue/bench`)
+    #[arg(long, default_value = "bench")]
+    pub address: String,
+
+    /// Producer connections, one sender link each
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub producers: u32,
+
+    /// Consumer connections, one receiver link each
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub consumers: u32,
+
+    /// Messages to send in total (spread over the producers); the run ends when all are received
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub messages: u64,
+
+    /// Body size in bytes (one data section); the first 16 bytes carry the send timestamp and
+    /// the run id
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(HEADER_LEN as i64..))]
+    pub size: u32,
+
+    /// Send with `durable = true` in the message header
+    #[arg(long)]
+    pub durable: bool,
+
+    /// How consumers settle: accept each message, or take them pre-settled
+    #[arg(long, value_enum, default_value_t = Mode::PeekLock)]
+    pub mode: Mode,
+
+    /// Unsettled sends in flight per producer
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub window: u32,
+
+    /// Link credit per consumer, topped up when half of it is used
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub credit: u32,
+
+    /// Seconds after which the run stops, reports what it got and exits non-zero (includes
+    /// connecting)
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub timeout: u64,
+
+    /// SASL PLAIN credentials (for ironbus: `RootManageSharedAccessKey:<key>`)
+    #[arg(long, value_name = "USER:PASS", conflicts_with = "cbs_key")]
+    pub sasl_plain: Option<String>,
+
+    /// SASL ANONYMOUS, then a `$cbs` put-token on each connection with a SAS token signed by
+    /// this key of the `RootManageSharedAccessKey` policy
+    #[arg(long, value_name = "KEY")]
+    pub cbs_key: Option<String>,
+}
+
+impl Options {
+    pub(crate) fn timeout(&self) -> Duration {
+        Duration::from_secs(self.timeout)
+    }
+}
+
+/// How a consumer's receiver link settles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Mode {
+    /// snd-settle-mode unsettled, rcv-settle-mode first; the consumer accepts each message.
+    PeekLock,
+    /// snd-settle-mode settled: the broker sends pre-settled, the consumer settles nothing.
+    ReceiveAndDelete,
+}
+
+impl Mode {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Mode::PeekLock => "peek-lock",
+            Mode::ReceiveAndDelete => "receive-and-delete",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        Options::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_are_one_to_one_peek_lock() {
+        let options = Options::try_parse_from(["ironbus-bench"]).unwrap();
+        assert_eq!((options.producers, options.consumers), (1, 1));
+        assert_eq!(options.mode, Mode::PeekLock);
+        assert_eq!(options.url, "amqp://127.0.0.1:5672");
+        assert!(!options.durable);
+    }
+
+    #[test]
+    fn sasl_plain_and_cbs_key_are_exclusive() {
+        let parsed =
+            Options::try_parse_from(["ironbus-bench", "--sasl-plain", "a:b", "--cbs-key", "k"]);
+        assert!(parsed.is_err());
+    }
+
+    #[test]
+    fn body_too_small_for_the_timestamp_is_refused() {
+        assert!(Options::try_parse_from(["ironbus-bench", "--size", "8"]).is_err());
+        assert!(Options::try_parse_from(["ironbus-bench", "--size", "16"]).is_ok());
+    }
+
+    #[test]
+    fn modes_are_spelled_in_kebab_case() {
+        let options =
+            Options::try_parse_from(["ironbus-bench", "--mode", "receive-and-delete"]).unwrap();
+        assert_eq!(options.mode.as_str(), "receive-and-delete");
+    }
+}

@@ -1,0 +1,134 @@
+//! A consumer: one connection, one receiver link with manually managed credit.
+
+use std::{
+    sync::{atomic::Ordering, Arc},
+    time::Instant,
+};
+
+use anyhow::{Context, Result};
+use fe2o3_amqp::{
+    link::receiver::CreditMode,
+    types::{
+        definitions::{ReceiverSettleMode, SenderSettleMode},
+        messaging::Data,
+    },
+    Receiver,
+};
+use tokio::sync::watch;
+
+use crate::{cli::Mode, endpoint::Link, payload, Phase, Run};
+
+/// A consumer, connected and attached with its credit granted, that has not received yet.
+#[derive(Debug)]
+pub(crate) struct Consumer {
+    name: String,
+    link: Link,
+    receiver: Receiver,
+}
+
+/// What a consumer saw.
+#[derive(Debug, Default)]
+pub(crate) struct ConsumerReport {
+    /// End-to-end latency of each of this run's messages it received, in microseconds.
+    pub latencies_us: Vec<u64>,
+    /// Messages from earlier runs it drained (settled like the others, left out of the figures).
+    pub stale: u64,
+    /// When it received the run's last message, if it did.
+    pub completed_at: Option<Instant>,
+}
+
+impl Consumer {
+    /// Connects consumer number `index` of the run, attaches its receiver to the address and
+    /// grants the credit.
+    pub(crate) async fn attach(run: &Run, index: u32) -> Result<Consumer> {
+        let name = format!("ironbus-bench-{:016x}-c{index}", run.id);
+        let mut link = run.endpoint.connect(&name, &run.options.address).await?;
+        let snd_settle_mode = match run.options.mode {
+            Mode::PeekLock => SenderSettleMode::Unsettled,
+            Mode::ReceiveAndDelete => SenderSettleMode::Settled,
+        };
+        // Manual credit: fe2o3-amqp's automatic mode only tops up on dispositions, which a
+        // receive-and-delete consumer never sends.
+        let mut receiver = Receiver::builder()
+            .name(format!("{name}-receiver"))
+            .source(run.options.address.clone())
+            .sender_settle_mode(snd_settle_mode)
+            .receiver_settle_mode(ReceiverSettleMode::First)
+            .credit_mode(CreditMode::Manual)
+            .attach(&mut link.session)
+            .await
+            .with_context(|| format!("{name}: attaching a receiver to {}", run.options.address))?;
+        receiver
+            .set_credit(run.options.credit)
+            .await
+            .with_context(|| format!("{name}: granting credit"))?;
+        Ok(Consumer { name, link, receiver })
+    }
+
+    /// Receives (and in peek-lock mode accepts) until the run has received every message or is
+    /// aborted; then detaches and closes.
+    pub(crate) async fn run(
+        mut self,
+        run: Arc<Run>,
+        mut phase: watch::Sender<Phase>,
+    ) -> Result<ConsumerReport> {
+        let mut report = ConsumerReport::default();
+        let outcome = self.receive_all(&run, &mut phase, &mut report).await;
+        // Detach rather than close: RabbitMQ 3.x answers a closing detach with closed = false,
+        // which fe2o3-amqp reports as an illegal state.
+        if let Err((_, err)) = self.receiver.detach().await {
+            eprintln!("ironbus-bench: {}: detaching: {err}", self.name);
+        }
+        self.link.close(&self.name).await;
+        outcome.with_context(|| self.name.clone())?;
+        Ok(report)
+    }
+
+    async fn receive_all(
+        &mut self,
+        run: &Run,
+        phase: &mut watch::Sender<Phase>,
+        report: &mut ConsumerReport,
+    ) -> Result<()> {
+        let credit = run.options.credit;
+        let top_up_after = (credit / 2).max(1);
+        let mut used = 0;
+        let mut watcher = phase.subscribe();
+        loop {
+            if *watcher.borrow_and_update() != Phase::Running {
+                return Ok(());
+            }
+            let delivery = tokio::select! {
+                delivery = self.receiver.recv::<Data>() => delivery.context("receiving")?,
+                _ = watcher.changed() => continue,
+            };
+            let received_at = payload::now_nanos();
+            if run.options.mode == Mode::PeekLock {
+                self.receiver.accept(&delivery).await.context("accepting")?;
+            }
+            used += 1;
+            if used >= top_up_after {
+                self.receiver.set_credit(credit).await.context("topping up credit")?;
+                used = 0;
+            }
+            match payload::read(&delivery.body().0) {
+                Some(stamp) if stamp.run_id == run.id => {
+                    let nanos = received_at.saturating_sub(stamp.sent_at);
+                    report.latencies_us.push(nanos / 1_000);
+                    let received = run.counters.received.fetch_add(1, Ordering::Relaxed) + 1;
+                    if received == run.options.messages {
+                        report.completed_at = Some(Instant::now());
+                        phase.send_if_modified(|phase| {
+                            let running = *phase == Phase::Running;
+                            if running {
+                                *phase = Phase::Complete;
+                            }
+                            running
+                        });
+                    }
+                }
+                _ => report.stale += 1,
+            }
+        }
+    }
+}
