@@ -18,6 +18,8 @@ pub(crate) struct Endpoint {
     /// The URL to show: credentials replaced by `***`.
     shown: String,
     host: String,
+    /// `host:port` to connect the socket to.
+    host_port: String,
     auth: Auth,
 }
 
@@ -68,7 +70,13 @@ impl Endpoint {
             Some(_) => format!("{}://***@{}{}", parts.scheme, parts.host_port, parts.rest),
             None => without_credentials.clone(),
         };
-        Ok(Endpoint { url: without_credentials, shown, host: host_of(parts.host_port), auth })
+        Ok(Endpoint {
+            url: without_credentials,
+            shown,
+            host: host_of(parts.host_port),
+            host_port: parts.host_port.to_owned(),
+            auth,
+        })
     }
 
     /// The URL for reports, without a password.
@@ -85,10 +93,17 @@ impl Endpoint {
                 SaslProfile::Plain { username: username.clone(), password: password.clone() }
             }
         };
+        // Our own socket, so Nagle's algorithm can be turned off: with it, the small flow and
+        // disposition frames wait for delayed ACKs and every broker looks slow.
+        let stream = tokio::net::TcpStream::connect(&self.host_port)
+            .await
+            .with_context(|| format!("connecting to {}", self.url))?;
+        stream.set_nodelay(true).context("setting TCP_NODELAY")?;
         let mut connection = Connection::builder()
             .container_id(container_id)
+            .hostname(self.host.as_str())
             .sasl_profile(profile)
-            .open(self.url.as_str())
+            .open_with_stream(stream)
             .await
             .with_context(|| format!("opening a connection to {}", self.shown))?;
         let mut session = Session::begin(&mut connection).await.context("beginning a session")?;

@@ -269,6 +269,12 @@ impl Connection {
             frame::write_sasl(&mut self.out, &sasl::Frame::Mechanisms(mechanisms));
             self.flush();
             let init = match reader.read_frame().await? {
+                InFrame::Sasl(sasl::Frame::Init(init))
+                    if tracing::enabled!(tracing::Level::TRACE) =>
+                {
+                    tracing::trace!(mechanism = %init.mechanism.0, "sasl init");
+                    init
+                }
                 InFrame::Sasl(sasl::Frame::Init(init)) => init,
                 other => {
                     return Err(FrameError::Malformed(format!("expected sasl-init, got {other:?}")))
@@ -313,7 +319,9 @@ impl Connection {
             self.flush();
             return Err(FrameError::Malformed(format!("unsupported protocol header {header:?}")));
         }
+        // Some clients (fe2o3) wait for our header before they send their Open.
         self.out.extend_from_slice(&ProtocolHeader::Amqp.bytes());
+        self.flush();
         reader.set_max_frame_size(MAX_FRAME_SIZE);
         let open = match reader.read_frame().await? {
             InFrame::Amqp { performative, .. }
@@ -362,6 +370,7 @@ impl Connection {
                     match frame {
                         Ok(InFrame::Empty) => {}
                         Ok(InFrame::Amqp { channel, performative, payload }) => {
+                            tracing::trace!(channel, ?performative, payload = payload.len(), "received");
                             match self.on_frame(channel, *performative, payload).await {
                                 Ok(true) => {}
                                 Ok(false) => {
