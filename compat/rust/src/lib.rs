@@ -1,0 +1,1 @@
+//! Compatibility tests live in `tests/`; this crate has no library code.
