@@ -419,6 +419,7 @@ impl Connection {
     }
 
     fn close_with_error(&mut self, error: WireError) {
+        tracing::debug!(condition = error.condition, description = %error.description, "closing the connection");
         let condition = match error.condition {
             "amqp:connection:forced" => {
                 ErrorCondition::ConnectionError(ConnectionError::ConnectionForced)

@@ -145,11 +145,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
         match kind {
             TYPE_AMQP => {
-                let performative = {
+                let body = frame.clone().freeze();
+                let decoded = {
                     let reader = IoReader::new((&mut frame).reader());
                     let mut de = serde_amqp::de::Deserializer::new(reader);
                     Performative::deserialize(&mut de)
-                        .map_err(|e| FrameError::Decode(e.to_string()))?
+                };
+                let performative = match decoded {
+                    Ok(p) => p,
+                    Err(e) => lenient::disposition(&body)
+                        .ok_or_else(|| FrameError::Decode(e.to_string()))?,
                 };
                 Ok(InFrame::Amqp {
                     channel,
@@ -256,6 +261,115 @@ pub fn write_transfer(
         let room = (max_frame_size as usize).saturating_sub(used).max(1);
         out.extend_from_slice(&payload.split_to(room.min(payload.len())));
         end_frame(out, start);
+    }
+}
+
+/// Decoding of what strict typed decoding refuses but clients send.
+mod lenient {
+    use fe2o3_amqp_types::definitions::{Error, ErrorCondition, Fields, Role};
+    use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Modified, Rejected, Released};
+    use fe2o3_amqp_types::performatives::{Disposition, Performative};
+    use fe2o3_amqp_types::primitives::{OrderedMap, Symbol, Value};
+    use serde_amqp::descriptor::Descriptor;
+
+    /// A disposition whose error info or annotations use string keys where the spec says
+    /// symbols (rhea, the js SDK's AMQP stack, sends `rejected` info that way).
+    pub(super) fn disposition(body: &[u8]) -> Option<Performative> {
+        let Value::Described(d) = serde_amqp::from_slice::<Value>(body).ok()? else { return None };
+        if d.descriptor != Descriptor::Code(0x15) {
+            return None;
+        }
+        let Value::List(fields) = d.value else { return None };
+        let get = |i: usize| fields.get(i).cloned().unwrap_or(Value::Null);
+        let role = match get(0) {
+            Value::Bool(true) => Role::Receiver,
+            Value::Bool(false) => Role::Sender,
+            _ => return None,
+        };
+        let first = uint(&get(1))?;
+        let last = uint(&get(2));
+        let settled = matches!(get(3), Value::Bool(true));
+        let state = delivery_state(get(4));
+        let batchable = matches!(get(5), Value::Bool(true));
+        Some(Performative::Disposition(Disposition {
+            role,
+            first,
+            last,
+            settled,
+            state,
+            batchable,
+        }))
+    }
+
+    fn uint(v: &Value) -> Option<u32> {
+        match v {
+            Value::Uint(n) => Some(*n),
+            Value::Ulong(n) => u32::try_from(*n).ok(),
+            Value::Ubyte(n) => Some(u32::from(*n)),
+            Value::Ushort(n) => Some(u32::from(*n)),
+            _ => None,
+        }
+    }
+
+    fn fields(v: Value) -> Option<Fields> {
+        let Value::Map(map) = v else { return None };
+        let mut out = OrderedMap::new();
+        for (k, v) in map {
+            let key = match k {
+                Value::Symbol(s) => s,
+                Value::String(s) => Symbol::from(s),
+                _ => continue,
+            };
+            out.insert(key, v);
+        }
+        Some(out)
+    }
+
+    fn delivery_state(v: Value) -> Option<DeliveryState> {
+        let Value::Described(d) = v else { return None };
+        let Descriptor::Code(code) = d.descriptor else { return None };
+        let list = match d.value {
+            Value::List(l) => l,
+            _ => Vec::new(),
+        };
+        let get = |i: usize| list.get(i).cloned().unwrap_or(Value::Null);
+        Some(match code {
+            0x24 => DeliveryState::Accepted(Accepted {}),
+            0x26 => DeliveryState::Released(Released {}),
+            0x27 => DeliveryState::Modified(Modified {
+                delivery_failed: match get(0) {
+                    Value::Bool(b) => Some(b),
+                    _ => None,
+                },
+                undeliverable_here: match get(1) {
+                    Value::Bool(b) => Some(b),
+                    _ => None,
+                },
+                message_annotations: fields(get(2)),
+            }),
+            0x25 => DeliveryState::Rejected(Rejected { error: error(get(0)) }),
+            _ => return None,
+        })
+    }
+
+    fn error(v: Value) -> Option<Error> {
+        let Value::Described(d) = v else { return None };
+        let Value::List(list) = d.value else { return None };
+        let get = |i: usize| list.get(i).cloned().unwrap_or(Value::Null);
+        let condition = match get(0) {
+            Value::Symbol(s) => s,
+            Value::String(s) => Symbol::from(s),
+            _ => return None,
+        };
+        let description = match get(1) {
+            Value::String(s) => Some(s),
+            _ => None,
+        };
+        Some(Error {
+            condition: ErrorCondition::Custom(condition),
+            description,
+            info: fields(get(2)).map(Box::new),
+        })
     }
 }
 
@@ -382,5 +496,48 @@ mod tests {
                 .collect();
             let _ = read_all(bytes, 4096).await;
         }
+    }
+
+    #[tokio::test]
+    async fn rejected_disposition_with_string_keyed_info_is_accepted() {
+        use fe2o3_amqp_types::messaging::DeliveryState;
+        use fe2o3_amqp_types::primitives::{OrderedMap, Value};
+        use serde_amqp::described::Described;
+        use serde_amqp::descriptor::Descriptor;
+        let described = |code: u64, fields: Vec<Value>| {
+            Value::Described(Box::new(Described {
+                descriptor: Descriptor::Code(code),
+                value: Value::List(fields),
+            }))
+        };
+        let mut info = OrderedMap::new();
+        info.insert(Value::String("DeadLetterReason".into()), Value::String("R".into()));
+        let error = described(
+            0x1d,
+            vec![Value::Symbol("com.microsoft:dead-letter".into()), Value::Null, Value::Map(info)],
+        );
+        let disposition = described(
+            0x15,
+            vec![
+                Value::Bool(true),
+                Value::Uint(4),
+                Value::Null,
+                Value::Bool(false),
+                described(0x25, vec![error]),
+            ],
+        );
+        let body = serde_amqp::to_vec(&disposition).unwrap();
+        let mut frame = ((8 + body.len()) as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&[2, 0, 0, 1]);
+        frame.extend_from_slice(&body);
+        let frames = read_all(frame, 4096).await;
+        let Some(Ok(InFrame::Amqp { performative, .. })) = frames.into_iter().next() else {
+            panic!("no frame")
+        };
+        let Performative::Disposition(d) = *performative else { panic!("not a disposition") };
+        assert_eq!(d.first, 4);
+        let Some(DeliveryState::Rejected(r)) = d.state else { panic!("not rejected") };
+        let info = r.error.unwrap().info.unwrap();
+        assert_eq!(info.get("DeadLetterReason"), Some(&Value::String("R".into())));
     }
 }
