@@ -49,12 +49,13 @@ impl WireError {
         WireError::new(ARGUMENT_ERROR, 400, description)
     }
 
-    /// The AMQP `error` value.
+    /// The AMQP `error` value. `info` is always present (an empty map): py reads all three
+    /// fields of a rejected send's error by position.
     pub fn to_amqp(&self) -> Error {
         Error {
             condition: condition(self.condition),
             description: Some(self.description.clone()),
-            info: None,
+            info: Some(Box::default()),
         }
     }
 }
@@ -143,6 +144,13 @@ mod tests {
             let wire = WireError::from(&error);
             assert_eq!((wire.condition, wire.status), (condition, status), "{error:?}");
         }
+        // py indexes the error's three fields: info must be encoded even when empty.
+        let bytes = serde_amqp::to_vec(&WireError::bad_request("x").to_amqp()).unwrap();
+        assert_eq!(&bytes[..3], &[0x00, 0x53, 0x1d]);
+        let fields: serde_amqp::Value = serde_amqp::from_slice(&bytes).unwrap();
+        let serde_amqp::Value::Described(d) = fields else { panic!("described") };
+        let serde_amqp::Value::List(list) = d.value else { panic!("list") };
+        assert_eq!(list.len(), 3);
         let not_found = WireError::from(&BrokerError::EntityNotFound { entity: "q".into() });
         assert_eq!(not_found.description, "The messaging entity 'q' could not be found.");
     }

@@ -34,7 +34,7 @@ tasks:
     bench core [ARGS]   run ironbus-core's throughput benchmark; ARGS go to the benchmark
     bench amqp [ARGS]   run the AMQP 1.0 load generator ironbus-bench; ARGS go to it (`--help`)
     compat [SUITE] [-- ARGS]
-                        run the SDK compatibility suites (python, js; default both) against a
+                        run the SDK compatibility suites (python, js, rust; default all) against a
                         fresh ironbus; ARGS go to the suite's runner; `compat config` prints
                         the generated entity config
     help                print this message

@@ -1,0 +1,50 @@
+"""Fixtures of the Python compatibility suite.
+
+The suite drives a running ironbus through the official ``azure-servicebus`` SDK, unmodified. The
+connection string comes from ``IRONBUS_CONNECTION_STRING`` (``cargo xtask compat`` starts a server
+with the queues these tests need and sets it), for example (one line)::
+
+    Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=RootManageSharedAccessKey;
+    SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true
+"""
+
+import os
+
+import pytest
+from azure.servicebus import ServiceBusClient
+
+ENV_VAR = "IRONBUS_CONNECTION_STRING"
+
+
+def with_key(connection_string: str, key: str) -> str:
+    """The same connection string with its ``SharedAccessKey`` replaced by ``key``."""
+    parts = [part for part in connection_string.split(";") if part.strip()]
+    replaced = False
+    for index, part in enumerate(parts):
+        name, _, _ = part.partition("=")
+        if name.strip().lower() == "sharedaccesskey":
+            parts[index] = f"SharedAccessKey={key}"
+            replaced = True
+    if not replaced:
+        raise ValueError(f"{ENV_VAR} has no SharedAccessKey to replace")
+    return ";".join(parts)
+
+
+@pytest.fixture(scope="session")
+def connection_string() -> str:
+    value = os.environ.get(ENV_VAR, "").strip()
+    if not value:
+        pytest.fail(f"{ENV_VAR} is not set: run the suite with `cargo xtask compat python`")
+    return value
+
+
+@pytest.fixture(scope="session")
+def bad_key_connection_string(connection_string: str) -> str:
+    return with_key(connection_string, "wrong")
+
+
+@pytest.fixture
+def client(connection_string: str):
+    """A client of its own for each test (the SDK opens one connection per sender/receiver)."""
+    with ServiceBusClient.from_connection_string(connection_string) as sb_client:
+        yield sb_client

@@ -1,0 +1,670 @@
+//! `cargo xtask compat [python|js|rust|all|config] [-- ARGS]`: the SDK compatibility suites
+//! against a real `ironbus` process.
+//!
+//! Suites: `python` (official `azure-servicebus`, pytest), `js` (official `@azure/service-bus`,
+//! node's test runner), `rust` (the unofficial `azservicebus` crate, `compat/rust`, its own cargo
+//! workspace because it links OpenSSL); `all` (the default) runs the three.
+//!
+//! Steps: build `ironbus` (release); install the SDKs if missing (`compat/python/.venv`,
+//! `compat/js/node_modules`) and build `compat/rust`; generate the emulator-format `config.json`
+//! with every queue the suites use; start the server on a free port, its output in a log file;
+//! wait until the port accepts connections; run each suite with `IRONBUS_CONNECTION_STRING` set;
+//! stop the server. A failure prints the tail of the server log and leaves the work directory
+//! (config + log) in place.
+//!
+//! `IRONBUS_COMPAT_SERVER=<executable>` runs that instead of building `ironbus`.
+//!
+//! ARGS (only with a single suite) go to the runner: `cargo xtask compat python -- -k peek`,
+//! `cargo xtask compat js -- --test-name-pattern=peek`, `cargo xtask compat rust -- batch`.
+//! `cargo xtask compat config` prints the generated config, for running a server by hand.
+//!
+//! Invariants:
+//! - Every queue the Python and JS suites use is declared in [`QUEUES`], once for both; suite `s`
+//!   gets it as `<s.prefix>-<name>`, so the suites never share a queue and every test has its own.
+//!   The Rust suite has its one queue, [`RUST_QUEUE`].
+//! - The server never outlives the task: [`Server`]'s `Drop` stops it, on every path.
+
+use std::{
+    env, fs,
+    io::{BufRead, BufReader},
+    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    thread,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Map, Value};
+
+use crate::workspace_root;
+
+/// The namespace the suites' connection string points at (the emulator's default name).
+const NAMESPACE: &str = "sbemulatorns";
+/// The development key the server uses when started without `--sas-key`.
+const SAS_KEY: &str = "SAS_KEY_VALUE";
+/// Names an executable to run instead of building `ironbus` (a debug build, a stand-in); it gets
+/// the same arguments.
+const SERVER_ENV: &str = "IRONBUS_COMPAT_SERVER";
+/// How long the server may take to accept TCP connections after it was started.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one suite may run before it is killed (each test also has its own deadline).
+const SUITE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// How long the server may take to exit after SIGTERM before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Lines of the server log shown when something failed.
+const LOG_TAIL_LINES: usize = 80;
+
+/// A queue property value in the emulator's config format.
+#[derive(Debug, Clone, Copy)]
+enum Prop {
+    Str(&'static str),
+    Int(i64),
+    Bool(bool),
+}
+
+/// Every queue the suites use: its name (without the suite prefix) and the properties that differ
+/// from [`DEFAULT_PROPERTIES`]. Short lock durations and TTLs keep the suites fast.
+const QUEUES: &[(&str, &[(&str, Prop)])] = &[
+    ("send-single", &[]),
+    ("send-batch", &[]),
+    ("receive-and-delete", &[]),
+    ("complete", &[]),
+    ("app-properties", &[]),
+    ("abandon", &[]),
+    ("defer", &[]),
+    ("dead-letter", &[]),
+    ("renew-lock", &[("LockDuration", Prop::Str("PT5S"))]),
+    ("lock-expiry", &[("LockDuration", Prop::Str("PT5S")), ("MaxDeliveryCount", Prop::Int(2))]),
+    ("peek", &[]),
+    ("schedule", &[]),
+    ("ttl", &[]),
+    ("ttl-dlq", &[("DeadLetteringOnMessageExpiration", Prop::Bool(true))]),
+    (
+        "dedup",
+        &[
+            ("RequiresDuplicateDetection", Prop::Bool(true)),
+            ("DuplicateDetectionHistoryTimeWindow", Prop::Str("PT1M")),
+        ],
+    ),
+    ("partitioned", &[("EnablePartitioning", Prop::Bool(true)), ("PartitionCount", Prop::Int(16))]),
+    (
+        "partitioned-dedup",
+        &[
+            ("EnablePartitioning", Prop::Bool(true)),
+            ("PartitionCount", Prop::Int(16)),
+            ("RequiresDuplicateDetection", Prop::Bool(true)),
+            ("DuplicateDetectionHistoryTimeWindow", Prop::Str("PT1M")),
+        ],
+    ),
+    ("wrong-key", &[]),
+    ("oversize", &[("MaxMessageSizeInKilobytes", Prop::Int(256))]),
+];
+
+/// The Rust suite's queue (`compat/rust` reads `IRONBUS_RUST_QUEUE`, default `rust-q`); its tests
+/// share it and run one at a time.
+const RUST_QUEUE: &str = "rust-q";
+
+/// Every property of the emulator's queue format, with the value a queue gets unless it says
+/// otherwise in [`QUEUES`].
+const DEFAULT_PROPERTIES: &[(&str, Prop)] = &[
+    ("DeadLetteringOnMessageExpiration", Prop::Bool(false)),
+    ("DefaultMessageTimeToLive", Prop::Str("PT1H")),
+    ("DuplicateDetectionHistoryTimeWindow", Prop::Str("PT20S")),
+    ("ForwardDeadLetteredMessagesTo", Prop::Str("")),
+    ("ForwardTo", Prop::Str("")),
+    ("LockDuration", Prop::Str("PT30S")),
+    ("MaxDeliveryCount", Prop::Int(10)),
+    ("RequiresDuplicateDetection", Prop::Bool(false)),
+    ("RequiresSession", Prop::Bool(false)),
+];
+
+/// One SDK suite.
+#[derive(Debug)]
+struct Suite {
+    /// The name on the command line.
+    name: &'static str,
+    /// Its queues are `<prefix>-<name>` for every name in [`QUEUES`]; `None`: it uses none of them.
+    prefix: Option<&'static str>,
+    /// Its directory under the workspace root.
+    dir: &'static str,
+}
+
+const SUITES: &[Suite] = &[
+    Suite { name: "python", prefix: Some("py"), dir: "compat/python" },
+    Suite { name: "js", prefix: Some("js"), dir: "compat/js" },
+    Suite { name: "rust", prefix: None, dir: "compat/rust" },
+];
+
+pub(crate) fn run(args: &[String]) -> Result<()> {
+    let (selection, runner_args) = match args.iter().position(|arg| arg == "--") {
+        Some(dashes) => (&args[..dashes], &args[dashes + 1..]),
+        None => (args, &[][..]),
+    };
+    let suites: Vec<&Suite> = match selection {
+        [] => SUITES.iter().collect(),
+        [one] if one == "all" => SUITES.iter().collect(),
+        [one] if one == "config" => {
+            print_config()?;
+            return Ok(());
+        }
+        [one] => {
+            vec![SUITES.iter().find(|suite| suite.name == one.as_str()).with_context(|| {
+                format!("unknown suite `{one}`; known: python, js, rust, all, config")
+            })?]
+        }
+        _ => bail!(
+            "`compat` takes one suite (python, js, rust or all), got `{}`",
+            selection.join(" ")
+        ),
+    };
+    if !runner_args.is_empty() && suites.len() > 1 {
+        bail!("arguments after `--` go to one suite's runner: name the suite (python, js or rust)");
+    }
+
+    let binary = match env::var_os(SERVER_ENV) {
+        Some(path) => {
+            eprintln!(
+                "xtask: {SERVER_ENV} is set: running {} as the server",
+                Path::new(&path).display()
+            );
+            PathBuf::from(path)
+        }
+        None => build_server()?,
+    };
+    for suite in &suites {
+        prepare(suite)?;
+    }
+
+    let work = WorkDir::create()?;
+    let config = work.path.join("config.json");
+    let text = serde_json::to_string_pretty(&config_json()).context("encoding the config")?;
+    fs::write(&config, text + "\n").with_context(|| format!("writing {}", config.display()))?;
+    let log = work.path.join("ironbus.log");
+    let port = free_port()?;
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+
+    let mut command = Command::new(&binary);
+    command
+        .arg("--amqp-addr")
+        .arg(addr.to_string())
+        .arg("--config")
+        .arg(&config)
+        .args(["--store", "memory"]);
+    let mut server = Server::start(command, &log)?;
+    server.wait_until_listening(addr, READY_TIMEOUT)?;
+    let connection_string = connection_string(port);
+    eprintln!("xtask: server listening on {addr}; log: {}", log.display());
+
+    let mut failed = Vec::new();
+    for suite in &suites {
+        eprintln!("xtask: compat suite `{}`", suite.name);
+        match run_suite(suite, &connection_string, runner_args) {
+            Ok(true) => eprintln!("xtask: compat suite `{}` passed", suite.name),
+            Ok(false) => failed.push(suite.name),
+            Err(err) => {
+                eprintln!("xtask: compat suite `{}`: {err:#}", suite.name);
+                failed.push(suite.name);
+            }
+        }
+    }
+    if let Some(status) = server.exited()? {
+        eprintln!("xtask: the server exited during the suites ({status})");
+        failed.push("server");
+    }
+    server.stop();
+
+    if failed.is_empty() {
+        work.remove();
+        eprintln!("xtask: compat passed ({})", names(&suites));
+        return Ok(());
+    }
+    eprintln!("{}", log_tail(&log, LOG_TAIL_LINES));
+    eprintln!("xtask: kept config and server log in {}", work.path.display());
+    bail!("compat failed: {}", failed.join(", "))
+}
+
+fn names(suites: &[&Suite]) -> String {
+    suites.iter().map(|suite| suite.name).collect::<Vec<_>>().join(", ")
+}
+
+#[allow(clippy::print_stdout, reason = "the asked-for config goes to stdout")]
+fn print_config() -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(&config_json())?);
+    Ok(())
+}
+
+/// The connection string the suites use: the emulator's, with our port.
+fn connection_string(port: u16) -> String {
+    format!(
+        "Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=RootManageSharedAccessKey;\
+         SharedAccessKey={SAS_KEY};UseDevelopmentEmulator=true"
+    )
+}
+
+/// The Microsoft emulator's config.json, declaring every queue of [`QUEUES`] for every suite
+/// that has a prefix, and [`RUST_QUEUE`].
+fn config_json() -> Value {
+    let queue = |name: String, overrides: &[(&str, Prop)]| {
+        let mut properties = Map::new();
+        for (key, value) in DEFAULT_PROPERTIES.iter().chain(overrides) {
+            properties.insert((*key).to_owned(), prop_json(*value));
+        }
+        json!({ "Name": name, "Properties": properties })
+    };
+    let mut queues = Vec::new();
+    for prefix in SUITES.iter().filter_map(|suite| suite.prefix) {
+        for (name, overrides) in QUEUES {
+            queues.push(queue(format!("{prefix}-{name}"), overrides));
+        }
+    }
+    queues.push(queue(RUST_QUEUE.to_owned(), &[]));
+    json!({
+        "UserConfig": {
+            "Namespaces": [{ "Name": NAMESPACE, "Queues": queues, "Topics": [] }],
+            "Logging": { "Type": "File" },
+        }
+    })
+}
+
+fn prop_json(value: Prop) -> Value {
+    match value {
+        Prop::Str(text) => Value::from(text),
+        Prop::Int(number) => Value::from(number),
+        Prop::Bool(flag) => Value::from(flag),
+    }
+}
+
+/// Builds the server in release mode and returns the path of its executable.
+fn build_server() -> Result<PathBuf> {
+    let args = ["build", "--release", "-p", "ironbus", "--message-format=json-render-diagnostics"];
+    eprintln!("$ cargo {}", args.join(" "));
+    let output = crate::cargo()
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("building the server: could not start cargo")?;
+    if !output.status.success() {
+        bail!("building the server failed ({})", output.status);
+    }
+    // The last artifact of package `ironbus` that has an executable is the binary.
+    let mut binary = None;
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<Value>(line) else { continue };
+        let is_server = message["reason"] == "compiler-artifact"
+            && message["target"]["name"] == "ironbus"
+            && message["target"]["kind"]
+                .as_array()
+                .is_some_and(|kinds| kinds.contains(&"bin".into()));
+        if let (true, Some(path)) = (is_server, message["executable"].as_str()) {
+            binary = Some(PathBuf::from(path));
+        }
+    }
+    binary.context("cargo built no `ironbus` executable")
+}
+
+/// Installs a suite's SDK when it is missing or its lock file changed since the last install.
+fn prepare(suite: &Suite) -> Result<()> {
+    let dir = workspace_root().join(suite.dir);
+    match suite.name {
+        "python" => {
+            let requirements = read(&dir.join("requirements.txt"))?;
+            let venv = dir.join(".venv");
+            let stamp = venv.join(".ironbus-requirements.txt");
+            if fs::read_to_string(&stamp).ok().as_deref() == Some(requirements.as_str()) {
+                return Ok(());
+            }
+            if !venv_python(&dir).is_file() {
+                let python = env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+                let mut venv_cmd = Command::new(python);
+                venv_cmd.args(["-m", "venv", ".venv"]);
+                run_step("creating the Python venv", &dir, venv_cmd)?;
+            }
+            let mut pip = Command::new(venv_python(&dir));
+            pip.args(["-m", "pip", "install", "--disable-pip-version-check", "-q", "-r"]);
+            pip.arg("requirements.txt");
+            run_step("installing the Python SDK", &dir, pip)?;
+            fs::write(&stamp, requirements).with_context(|| format!("writing {}", stamp.display()))
+        }
+        "js" => {
+            let lock = read(&dir.join("package-lock.json"))?;
+            let stamp = dir.join("node_modules").join(".ironbus-package-lock.json");
+            if fs::read_to_string(&stamp).ok().as_deref() == Some(lock.as_str()) {
+                return Ok(());
+            }
+            let mut npm = Command::new("npm");
+            npm.args(["ci", "--no-audit", "--no-fund"]);
+            run_step("installing the JS SDK", &dir, npm)?;
+            fs::write(&stamp, lock).with_context(|| format!("writing {}", stamp.display()))
+        }
+        "rust" => {
+            // Build now, so the server does not wait through the build (cargo is incremental).
+            let mut build = rust_tests(&dir);
+            build.arg("--no-run");
+            run_step("building the Rust suite", &dir, build)
+        }
+        other => bail!("no installer for suite `{other}`"),
+    }
+}
+
+/// `cargo test` of the Rust suite, its build kept under the workspace's target directory.
+fn rust_tests(dir: &Path) -> Command {
+    let target = env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), |t| workspace_root().join(t));
+    let mut cargo = crate::cargo();
+    cargo.arg("test").arg("--manifest-path").arg(dir.join("Cargo.toml"));
+    cargo.arg("--target-dir").arg(target.join("compat-rust"));
+    cargo
+}
+
+fn venv_python(dir: &Path) -> PathBuf {
+    dir.join(".venv").join("bin").join("python")
+}
+
+/// Runs one suite; `Ok(false)` when its tests failed.
+fn run_suite(suite: &Suite, connection_string: &str, runner_args: &[String]) -> Result<bool> {
+    let dir = workspace_root().join(suite.dir);
+    let mut command = match suite.name {
+        "python" => {
+            let mut pytest = Command::new(venv_python(&dir));
+            pytest.args(["-m", "pytest", "-q"]);
+            pytest.env("PYTHONDONTWRITEBYTECODE", "1");
+            pytest
+        }
+        "js" => {
+            let mut node = Command::new("node");
+            // Exit once the tests are done, even if a failed test left a connection behind.
+            node.args(["--test", "--test-force-exit"]);
+            node
+        }
+        "rust" => {
+            let mut cargo_test = rust_tests(&dir);
+            cargo_test.args(["--", "--ignored", "--test-threads", "1"]);
+            cargo_test
+        }
+        other => bail!("no runner for suite `{other}`"),
+    };
+    command.args(runner_args).current_dir(&dir).env("IRONBUS_CONNECTION_STRING", connection_string);
+    eprintln!("$ (cd {}) {}", suite.dir, shown(&command));
+    let mut child =
+        command.spawn().with_context(|| format!("could not start `{}`", shown(&command)))?;
+    match wait_at_most(&mut child, SUITE_TIMEOUT)? {
+        Some(status) => Ok(status.success()),
+        None => {
+            eprintln!(
+                "xtask: suite `{}` still running after {SUITE_TIMEOUT:?}: killed",
+                suite.name
+            );
+            Ok(false)
+        }
+    }
+}
+
+/// Runs a setup command in `dir` after echoing it; an error names `step`.
+fn run_step(step: &str, dir: &Path, mut command: Command) -> Result<()> {
+    let shown = shown(&command);
+    eprintln!("$ (cd {}) {shown}", dir.strip_prefix(workspace_root()).unwrap_or(dir).display());
+    let status = command
+        .current_dir(dir)
+        .status()
+        .with_context(|| format!("{step}: could not start `{shown}`"))?;
+    if !status.success() {
+        bail!("{step} failed ({status}): `{shown}`");
+    }
+    Ok(())
+}
+
+fn shown(command: &Command) -> String {
+    let mut parts = vec![command.get_program().to_string_lossy().into_owned()];
+    parts.extend(command.get_args().map(|arg| arg.to_string_lossy().into_owned()));
+    parts.join(" ")
+}
+
+fn read(path: &Path) -> Result<String> {
+    fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// A free TCP port on the loopback interface: bind port 0, read the port, close.
+fn free_port() -> Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .context("binding 127.0.0.1:0 for a free port")?;
+    Ok(listener.local_addr().context("reading the bound address")?.port())
+}
+
+/// Waits for `child` to exit, at most `timeout`; kills it after that (`Ok(None)`).
+fn wait_at_most(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().context("waiting for a child process")? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            // Already exited in between is fine: kill only fails then.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The server process. Dropping it stops the process (SIGTERM, then SIGKILL).
+#[derive(Debug)]
+struct Server {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Server {
+    /// Starts `command` with stdout and stderr appended to `log`.
+    fn start(mut command: Command, log: &Path) -> Result<Server> {
+        let out = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let err = out.try_clone().context("sharing the log file")?;
+        command.stdin(Stdio::null()).stdout(out).stderr(err);
+        eprintln!("$ {} > {} 2>&1", shown(&command), log.display());
+        let child =
+            command.spawn().with_context(|| format!("could not start `{}`", shown(&command)))?;
+        Ok(Server { child: Some(child), log: log.to_owned() })
+    }
+
+    /// Waits until `addr` accepts TCP connections; fails if the process exits first or `timeout`
+    /// passes, showing the log.
+    fn wait_until_listening(&mut self, addr: SocketAddr, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exited()? {
+                bail!(
+                    "the server exited before listening on {addr} ({status})\n{}",
+                    log_tail(&self.log, LOG_TAIL_LINES)
+                );
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(250)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "the server did not listen on {addr} within {timeout:?}\n{}",
+                    log_tail(&self.log, LOG_TAIL_LINES)
+                );
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The exit status, if the process has exited.
+    fn exited(&mut self) -> Result<Option<ExitStatus>> {
+        match &mut self.child {
+            Some(child) => child.try_wait().context("checking on the server process"),
+            None => Ok(None),
+        }
+    }
+
+    /// Stops the process: SIGTERM (graceful shutdown), then SIGKILL after [`STOP_TIMEOUT`].
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        let terminated = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        if terminated {
+            let deadline = Instant::now() + STOP_TIMEOUT;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+            eprintln!(
+                "xtask: the server did not stop within {STOP_TIMEOUT:?} of SIGTERM: killing it"
+            );
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The last `lines` lines of the log, framed, for failure reports.
+fn log_tail(log: &Path, lines: usize) -> String {
+    let Ok(file) = fs::File::open(log) else {
+        return format!("(no server log at {})", log.display());
+    };
+    let all: Vec<String> = BufReader::new(file).lines().map_while(Result::ok).collect();
+    let start = all.len().saturating_sub(lines);
+    format!(
+        "---- server log {} (last {} of {} lines) ----\n{}\n---- end of server log ----",
+        log.display(),
+        all.len() - start,
+        all.len(),
+        all[start..].join("\n")
+    )
+}
+
+/// A fresh directory under the system temp dir for the config and the server log.
+#[derive(Debug)]
+struct WorkDir {
+    path: PathBuf,
+}
+
+impl WorkDir {
+    fn create() -> Result<WorkDir> {
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let path = env::temp_dir().join(format!("ironbus-compat-{}-{nanos}", std::process::id()));
+        fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(WorkDir { path })
+    }
+
+    /// Removes the directory (after a successful run; failures keep it for inspection).
+    fn remove(self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// Queue names the suites use on purpose without declaring them.
+    const UNDECLARED: &[&str] = &["no-such-queue"];
+
+    #[test]
+    fn config_declares_every_queue_for_every_suite_with_all_properties() {
+        let config = config_json();
+        let namespace = &config["UserConfig"]["Namespaces"][0];
+        assert_eq!(namespace["Name"], NAMESPACE);
+        let queues = namespace["Queues"].as_array().unwrap();
+        let prefixed = SUITES.iter().filter(|suite| suite.prefix.is_some()).count();
+        assert_eq!(queues.len(), QUEUES.len() * prefixed + 1);
+        assert!(queues.iter().any(|q| q["Name"] == RUST_QUEUE));
+        let names: BTreeSet<&str> = queues.iter().map(|q| q["Name"].as_str().unwrap()).collect();
+        assert_eq!(names.len(), queues.len(), "queue names are unique");
+        for queue in queues {
+            let properties = queue["Properties"].as_object().unwrap();
+            for (key, _) in DEFAULT_PROPERTIES {
+                assert!(properties.contains_key(*key), "{} lacks {key}", queue["Name"]);
+            }
+        }
+        let lock_expiry = queues.iter().find(|q| q["Name"] == "py-lock-expiry").unwrap();
+        assert_eq!(lock_expiry["Properties"]["LockDuration"], "PT5S");
+        assert_eq!(lock_expiry["Properties"]["MaxDeliveryCount"], 2);
+        let partitioned = queues.iter().find(|q| q["Name"] == "js-partitioned").unwrap();
+        assert_eq!(partitioned["Properties"]["EnablePartitioning"], true);
+        assert_eq!(partitioned["Properties"]["PartitionCount"], 16);
+    }
+
+    #[test]
+    fn connection_string_is_the_emulators_with_our_port() {
+        assert_eq!(
+            connection_string(5673),
+            "Endpoint=sb://127.0.0.1:5673;SharedAccessKeyName=RootManageSharedAccessKey;\
+             SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true"
+        );
+    }
+
+    /// The `queue("…")` names a suite's sources use.
+    fn queue_names_used(dir: &Path, extension: &str) -> BTreeSet<String> {
+        let mut used = BTreeSet::new();
+        let mut pending = vec![dir.to_owned()];
+        while let Some(dir) = pending.pop() {
+            for entry in fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                if path.is_dir() {
+                    if !name.starts_with('.') && name != "node_modules" && name != "__pycache__" {
+                        pending.push(path);
+                    }
+                } else if name.ends_with(extension) {
+                    let text = fs::read_to_string(&path).unwrap();
+                    used.extend(queue_calls(&text));
+                }
+            }
+        }
+        used
+    }
+
+    fn queue_calls(text: &str) -> Vec<String> {
+        text.split("queue(\"")
+            .skip(1)
+            .filter_map(|rest| rest.split_once('"'))
+            .map(|(name, _)| name.to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn queue_calls_are_found() {
+        assert_eq!(
+            queue_calls(r#"a = queue("x-y"); b = lockReceiver(c, queue("z"))"#),
+            ["x-y", "z"]
+        );
+    }
+
+    #[test]
+    fn suites_use_exactly_the_declared_queues() {
+        let declared: BTreeSet<String> =
+            QUEUES.iter().map(|(name, _)| (*name).to_owned()).collect();
+        for (suite, extension) in [("compat/python", ".py"), ("compat/js", ".mjs")] {
+            let mut used = queue_names_used(&workspace_root().join(suite), extension);
+            for name in UNDECLARED {
+                assert!(used.remove(*name), "{suite} no longer uses the undeclared `{name}`");
+            }
+            let missing: Vec<_> = used.difference(&declared).collect();
+            assert!(
+                missing.is_empty(),
+                "{suite} uses undeclared queues {missing:?}: add them to QUEUES"
+            );
+            let unused: Vec<_> = declared.difference(&used).collect();
+            assert!(unused.is_empty(), "{suite} never uses the declared queues {unused:?}");
+        }
+    }
+}
