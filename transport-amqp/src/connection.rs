@@ -1169,21 +1169,7 @@ impl Connection {
     }
 
     fn write_session_flow(&mut self, channel: u16) {
-        let Some(session) = self.sessions.get(&channel) else { return };
-        let flow = Flow {
-            next_incoming_id: Some(session.next_incoming_id),
-            incoming_window: INCOMING_WINDOW,
-            next_outgoing_id: session.next_outgoing_id,
-            outgoing_window: INCOMING_WINDOW,
-            handle: None,
-            delivery_count: None,
-            link_credit: None,
-            available: None,
-            drain: false,
-            echo: false,
-            properties: None,
-        };
-        frame::write_performative(&mut self.out, channel, &Performative::Flow(flow));
+        self.write_flow(channel, None);
     }
 
     fn write_link_flow(
@@ -1194,17 +1180,23 @@ impl Connection {
         credit: u32,
         drain: bool,
     ) {
+        self.write_flow(channel, Some((handle, delivery_count, credit, drain)));
+    }
+
+    /// A flow with the session's state, and the link's when given (handle, delivery count,
+    /// credit, drain).
+    fn write_flow(&mut self, channel: u16, link: Option<(u32, u32, u32, bool)>) {
         let Some(session) = self.sessions.get(&channel) else { return };
         let flow = Flow {
             next_incoming_id: Some(session.next_incoming_id),
             incoming_window: INCOMING_WINDOW,
             next_outgoing_id: session.next_outgoing_id,
             outgoing_window: INCOMING_WINDOW,
-            handle: Some(Handle(handle)),
-            delivery_count: Some(delivery_count),
-            link_credit: Some(credit),
+            handle: link.map(|(handle, ..)| Handle(handle)),
+            delivery_count: link.map(|(_, count, ..)| count),
+            link_credit: link.map(|(_, _, credit, _)| credit),
             available: None,
-            drain,
+            drain: link.is_some_and(|(.., drain)| drain),
             echo: false,
             properties: None,
         };
