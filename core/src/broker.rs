@@ -586,7 +586,7 @@ impl Broker {
         let entity = self.entity(&address.entity)?;
         self.check_receive(&entity)?;
         let id = self.inner.next_receiver_id.fetch_add(1, Ordering::Relaxed);
-        Ok(Receiver::attach(entity, id, mode, address.queue).await)
+        Ok(Receiver::attach(entity, id, mode, address.queue))
     }
 
     fn check_receive(&self, entity: &EntityHandle) -> Result<()> {

@@ -129,7 +129,7 @@ impl fmt::Debug for Receiver {
 }
 
 impl Receiver {
-    pub(crate) async fn attach(
+    pub(crate) fn attach(
         entity: Arc<EntityHandle>,
         id: u64,
         mode: ReceiveMode,

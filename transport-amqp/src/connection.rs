@@ -32,6 +32,7 @@ use fe2o3_amqp_types::performatives::{
 use fe2o3_amqp_types::primitives::{Array, Symbol, Value};
 use fe2o3_amqp_types::sasl::{SaslCode, SaslMechanisms, SaslOutcome};
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 use ironbus_core::auth::{Authorizer, Claim, Right};
 use ironbus_core::{
     ApplicationProperties, Broker, Disposition as CoreDisposition, EntityAddress, LockToken,
@@ -410,7 +411,7 @@ impl Connection {
                 }
             }
             // Handle every answer that is already there before writing.
-            while let Some(Some(event)) = self.pending.now_or_never_ready() {
+            while let Some(Some(event)) = self.pending.next().now_or_never() {
                 self.on_event(event);
             }
             self.pump();
@@ -1378,27 +1379,6 @@ fn resolve(path: &str) -> Result<Node, WireError> {
 fn strip_suffix_ignore_case<'a>(s: &'a str, suffix: &str) -> Option<&'a str> {
     let cut = s.len().checked_sub(suffix.len())?;
     (s.is_char_boundary(cut) && s[cut..].eq_ignore_ascii_case(suffix)).then(|| &s[..cut])
-}
-
-trait NowOrNever: Sized {
-    type Item;
-    fn now_or_never_ready(&mut self) -> Option<Option<Self::Item>>;
-}
-
-impl NowOrNever for FuturesUnordered<Pending> {
-    type Item = Event;
-    /// The next answer if one is ready now, without waiting.
-    fn now_or_never_ready(&mut self) -> Option<Option<Event>> {
-        if self.is_empty() {
-            return None;
-        }
-        let waker = futures_util::task::noop_waker();
-        let mut cx = std::task::Context::from_waker(&waker);
-        match self.poll_next_unpin(&mut cx) {
-            std::task::Poll::Ready(item) => Some(item),
-            std::task::Poll::Pending => None,
-        }
-    }
 }
 
 #[cfg(test)]
