@@ -143,8 +143,26 @@ impl EntityHandle {
     }
 }
 
+/// How a broker is set up, beyond its stores and clock (see [`Broker::open_with`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BrokerOptions {
+    pub limits: NamespaceLimits,
+    /// Message-body bytes every partition together keeps in memory (the rest stay in the
+    /// store and are read back when delivered). Default 64 MiB.
+    pub body_cache_bytes: u64,
+}
+
+impl Default for BrokerOptions {
+    fn default() -> Self {
+        Self { limits: NamespaceLimits::default(), body_cache_bytes: 64 << 20 }
+    }
+}
+
 struct Inner {
-    store: Arc<dyn Store>,
+    /// The namespace's stores. The first holds the namespace (entity records); partitions are
+    /// spread over all of them by [`Broker::store_for`].
+    stores: Vec<Arc<dyn Store>>,
+    cache: Arc<partition::BodyCache>,
     clock: Arc<dyn Clock>,
     limits: NamespaceLimits,
     entities: RwLock<HashMap<String, Arc<EntityHandle>>>,
@@ -162,7 +180,7 @@ pub struct Broker {
 
 impl fmt::Debug for Broker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Broker").field("store", &self.inner.store).finish_non_exhaustive()
+        f.debug_struct("Broker").field("stores", &self.inner.stores).finish_non_exhaustive()
     }
 }
 
@@ -174,14 +192,45 @@ impl Broker {
         clock: Arc<dyn Clock>,
         limits: NamespaceLimits,
     ) -> Result<Broker> {
+        Self::open_with(vec![store], clock, BrokerOptions { limits, ..Default::default() }).await
+    }
+
+    /// Opens the broker on several stores: the first holds the namespace, and the partitions
+    /// of every entity are spread over all of them, so that one store's outage makes only its
+    /// partitions unavailable. The number of stores is recorded at the first start and must
+    /// not change afterwards (a partition's store follows from it).
+    pub async fn open_with(
+        stores: Vec<Arc<dyn Store>>,
+        clock: Arc<dyn Clock>,
+        options: BrokerOptions,
+    ) -> Result<Broker> {
+        let Some(store) = stores.first().cloned() else {
+            return Err(BrokerError::InvalidOperation("a broker needs at least one store".into()));
+        };
+        match store.get(&keys::store_count()).await? {
+            Some(v) if codec::decode_partition(&v)? != stores.len() as u64 => {
+                return Err(BrokerError::InvalidOperation(format!(
+                    "the data was written with {} stores; open it with the same number (got {})",
+                    codec::decode_partition(&v)?,
+                    stores.len()
+                )));
+            }
+            Some(_) => {}
+            None => {
+                let mut batch = WriteBatch::new();
+                batch.put(keys::store_count(), codec::encode_partition(stores.len() as u64));
+                store.write(batch).await?;
+            }
+        }
         let next_entity_id = match store.get(&keys::next_entity_id()).await? {
             Some(v) => codec::decode_partition(&v)?,
             None => 1,
         };
         let inner = Arc::new(Inner {
-            store,
+            stores,
+            cache: Arc::new(partition::BodyCache::new(options.body_cache_bytes)),
             clock,
-            limits,
+            limits: options.limits,
             entities: RwLock::new(HashMap::new()),
             management: tokio::sync::Mutex::new(()),
             next_entity_id: AtomicU64::new(next_entity_id),
@@ -192,7 +241,7 @@ impl Broker {
         let end = crate::store::prefix_end(&prefix);
         let mut start = prefix.to_vec();
         loop {
-            let page = broker.inner.store.scan(&start, &end, 256).await?;
+            let page = broker.namespace_store().scan(&start, &end, 256).await?;
             for (_, value) in &page {
                 let record = codec::decode_entity(value)?;
                 let handle = broker.start_entity(record);
@@ -208,6 +257,27 @@ impl Broker {
         }
         crate::metrics::describe();
         Ok(broker)
+    }
+
+    /// The store holding the namespace (entity records).
+    fn namespace_store(&self) -> &Arc<dyn Store> {
+        &self.inner.stores[0]
+    }
+
+    /// The store of one partition of an entity: partitions are dealt round the stores,
+    /// starting at a place that depends on the entity, so single-partition queues spread too.
+    pub fn store_for(&self, entity: EntityId, partition: PartitionId) -> &Arc<dyn Store> {
+        &self.inner.stores[self.store_index(entity, partition)]
+    }
+
+    fn store_index(&self, entity: EntityId, partition: PartitionId) -> usize {
+        ((entity + u64::from(partition.0)) % self.inner.stores.len() as u64) as usize
+    }
+
+    /// Body bytes the partitions hold in memory now (bounded by
+    /// [`BrokerOptions::body_cache_bytes`]).
+    pub fn cached_body_bytes(&self) -> u64 {
+        self.inner.cache.used()
     }
 
     /// The broker's clock.
@@ -247,8 +317,9 @@ impl Broker {
                     entity_name: record.name.clone(),
                     partition: PartitionId(p),
                     description: description.clone(),
-                    store: self.inner.store.clone(),
+                    store: self.store_for(record.id, PartitionId(p)).clone(),
                     clock: self.inner.clock.clone(),
+                    cache: self.inner.cache.clone(),
                 })
             })
             .collect();
@@ -304,13 +375,23 @@ impl Broker {
             created_at: now,
             updated_at: now,
         };
-        let mut batch = WriteBatch::new();
+        // Partition records first, each in its partition's store; the entity record, written
+        // last to the namespace store, commits the creation.
+        let mut batches: Vec<WriteBatch> = vec![WriteBatch::new(); self.inner.stores.len()];
         for p in 0..description.partitions() {
-            batch.put(keys::partition_record(id, PartitionId(p)), codec::encode_partition(0));
+            let index = self.store_index(id, PartitionId(p));
+            batches[index]
+                .put(keys::partition_record(id, PartitionId(p)), codec::encode_partition(0));
+        }
+        let mut batch = std::mem::take(&mut batches[0]);
+        for (index, other) in batches.into_iter().enumerate().skip(1) {
+            if !other.is_empty() {
+                self.inner.stores[index].write(other).await?;
+            }
         }
         batch.put(keys::next_entity_id(), codec::encode_partition(id + 1));
         batch.put(keys::entity(&name.to_lowercase()), codec::encode_entity(&record));
-        self.inner.store.write(batch).await?;
+        self.namespace_store().write(batch).await?;
         self.inner.next_entity_id.store(id + 1, Ordering::Release);
         let handle = self.start_entity(record.clone());
         self.entities_mut().insert(name.to_lowercase(), handle);
@@ -418,7 +499,7 @@ impl Broker {
         record.updated_at = self.inner.clock.now();
         let mut batch = WriteBatch::new();
         batch.put(keys::entity(&name.to_lowercase()), codec::encode_entity(&record));
-        self.inner.store.write(batch).await?;
+        self.namespace_store().write(batch).await?;
         let shared = Arc::new(description);
         entity.set_record(record.clone(), shared.clone());
         for p in &entity.partitions {
@@ -435,10 +516,20 @@ impl Broker {
         let mut batch = WriteBatch::new();
         batch.delete(keys::entity(&name.to_lowercase()));
         let prefix = keys::entity_prefix(entity.id);
-        batch.delete_range(prefix.clone(), crate::store::prefix_end(&prefix));
-        self.inner.store.write(batch).await?;
+        let end = crate::store::prefix_end(&prefix);
+        batch.delete_range(prefix.clone(), end.clone());
+        self.namespace_store().write(batch).await?;
         self.entities_mut().remove(&name.to_lowercase());
         entity.close();
+        // The entity record is gone, so what other stores hold of it is unreachable (ids are
+        // never reused); reclaim it now, and only log if a store cannot.
+        for store in self.inner.stores.iter().skip(1) {
+            let mut batch = WriteBatch::new();
+            batch.delete_range(prefix.clone(), end.clone());
+            if let Err(e) = store.write(batch).await {
+                tracing::warn!(entity = %name, error = %e, "could not delete a deleted queue's messages from a store");
+            }
+        }
         tracing::info!(entity = %name, "queue deleted");
         Ok(())
     }

@@ -11,11 +11,10 @@ use uuid::Uuid;
 
 use crate::description::{EntityStatus, QueueDescription};
 use crate::message::{
-    ApplicationProperties, BrokerProperties, Message, MessageProperties, MessageState,
-    PropertyValue,
+    ApplicationProperties, Message, MessageProperties, MessageState, PropertyValue,
 };
 use crate::store::StoreError;
-use crate::types::{PartitionId, SequenceNumber, Timestamp};
+use crate::types::{SequenceNumber, Timestamp};
 
 const V1: u8 = 1;
 
@@ -36,11 +35,25 @@ pub enum EntityKind {
     Queue(QueueDescription),
 }
 
-/// A message as stored: what the sender sent and what the broker knows of it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MessageRecord {
-    pub message: Message,
-    pub broker: BrokerProperties,
+/// What the broker knows of a stored message, under its sub-queue key. The message itself (the
+/// body record) is stored apart and written once, so that changing this small record never
+/// needs the body in memory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MessageMeta {
+    /// The sequence number the message was first enqueued with (differs after forwarding).
+    pub enqueued_sequence_number: SequenceNumber,
+    pub enqueued_time: Timestamp,
+    /// The size counted against the entity (see [`Message::size`]).
+    pub size: u32,
+    pub delivery_count: u32,
+    pub state: MessageState,
+    pub expires_at: Timestamp,
+    pub dead_letter_source: Option<String>,
+    pub dead_letter_reason: Option<String>,
+    pub dead_letter_error_description: Option<String>,
+    /// Application properties the broker added or changed after the send (properties to
+    /// modify, dead-letter reasons), laid over the sender's on delivery.
+    pub modified_properties: ApplicationProperties,
 }
 
 struct Writer(BytesMut);
@@ -250,20 +263,9 @@ pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
     Ok(EntityRecord { id, name, kind, created_at, updated_at })
 }
 
-pub fn encode_message(record: &MessageRecord) -> Bytes {
-    let m = &record.message;
-    let b = &record.broker;
-    let mut w = Writer::new(96 + m.body.len() + m.raw.as_ref().map_or(0, |r| r.len()));
-    w.i64(b.sequence_number.0);
-    w.i64(b.enqueued_sequence_number.0);
-    w.i64(b.enqueued_time.as_millis());
-    w.u16(b.partition_id.0);
-    w.u32(b.delivery_count);
-    w.u8(b.state.code() as u8);
-    w.i64(b.expires_at.as_millis());
-    w.opt_str(&b.dead_letter_source);
-    w.opt_str(&b.dead_letter_reason);
-    w.opt_str(&b.dead_letter_error_description);
+/// A message's body record: everything the sender sent, written once at enqueue.
+pub fn encode_body(m: &Message) -> Bytes {
+    let mut w = Writer::new(64 + m.body.len() + m.raw.as_ref().map_or(0, |r| r.len()));
     let p = &m.properties;
     for s in [
         &p.message_id,
@@ -284,6 +286,22 @@ pub fn encode_message(record: &MessageRecord) -> Bytes {
     w.bytes(&m.body);
     w.opt_bytes(&m.raw);
     w.bool(m.application_properties_modified);
+    w.finish()
+}
+
+/// A message's meta record (see [`MessageMeta`]).
+pub fn encode_meta(meta: &MessageMeta) -> Bytes {
+    let mut w = Writer::new(48);
+    w.i64(meta.enqueued_sequence_number.0);
+    w.i64(meta.enqueued_time.as_millis());
+    w.u32(meta.size);
+    w.u32(meta.delivery_count);
+    w.u8(meta.state.code() as u8);
+    w.i64(meta.expires_at.as_millis());
+    w.opt_str(&meta.dead_letter_source);
+    w.opt_str(&meta.dead_letter_reason);
+    w.opt_str(&meta.dead_letter_error_description);
+    encode_properties(&mut w, &meta.modified_properties);
     w.finish()
 }
 
@@ -393,13 +411,12 @@ fn decode_properties(r: &mut Reader<'_>) -> DecodeResult<ApplicationProperties> 
     Ok(props)
 }
 
-pub fn decode_message(value: &[u8]) -> DecodeResult<MessageRecord> {
-    let mut r = Reader::new(value, "message record")?;
-    let broker = BrokerProperties {
-        sequence_number: SequenceNumber(r.i64()?),
+pub fn decode_meta(value: &[u8]) -> DecodeResult<MessageMeta> {
+    let mut r = Reader::new(value, "message meta record")?;
+    Ok(MessageMeta {
         enqueued_sequence_number: SequenceNumber(r.i64()?),
         enqueued_time: Timestamp::from_millis(r.i64()?),
-        partition_id: PartitionId(r.u16()?),
+        size: r.u32()?,
         delivery_count: r.u32()?,
         state: match r.u8()? {
             0 => MessageState::Active,
@@ -411,7 +428,12 @@ pub fn decode_message(value: &[u8]) -> DecodeResult<MessageRecord> {
         dead_letter_source: r.opt(Reader::str)?,
         dead_letter_reason: r.opt(Reader::str)?,
         dead_letter_error_description: r.opt(Reader::str)?,
-    };
+        modified_properties: decode_properties(&mut r)?,
+    })
+}
+
+pub fn decode_body(value: &[u8]) -> DecodeResult<Message> {
+    let mut r = Reader::new(value, "message body record")?;
     let mut strings: [Option<String>; 9] = Default::default();
     for s in &mut strings {
         *s = r.opt(Reader::str)?;
@@ -435,16 +457,7 @@ pub fn decode_message(value: &[u8]) -> DecodeResult<MessageRecord> {
     let body = r.bytes()?;
     let raw = r.opt(Reader::bytes)?;
     let application_properties_modified = r.bool()?;
-    Ok(MessageRecord {
-        message: Message {
-            properties,
-            application_properties,
-            body,
-            raw,
-            application_properties_modified,
-        },
-        broker,
-    })
+    Ok(Message { properties, application_properties, body, raw, application_properties_modified })
 }
 
 /// A partition's own record: the last sequence counter it issued.
@@ -474,7 +487,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn message_record_round_trips_every_field() {
+    fn body_and_meta_records_round_trip_every_field() {
         let mut props = ApplicationProperties::new();
         for (i, v) in [
             PropertyValue::Null,
@@ -500,40 +513,39 @@ mod tests {
         {
             props.insert(format!("p{i}"), v);
         }
-        let record = MessageRecord {
-            message: Message {
-                properties: MessageProperties {
-                    message_id: Some("m".into()),
-                    session_id: Some("s".into()),
-                    partition_key: Some("s".into()),
-                    correlation_id: Some("c".into()),
-                    subject: Some("sub".into()),
-                    to: Some("to".into()),
-                    reply_to: Some("rt".into()),
-                    reply_to_session_id: Some("rts".into()),
-                    content_type: Some("text/plain".into()),
-                    time_to_live: Some(Duration::from_secs(30)),
-                    scheduled_enqueue_time: Some(Timestamp::from_millis(99)),
-                },
-                application_properties: props,
-                body: Bytes::from_static(b"body"),
-                raw: Some(Bytes::from_static(b"raw")),
-                application_properties_modified: true,
+        let message = Message {
+            properties: MessageProperties {
+                message_id: Some("m".into()),
+                session_id: Some("s".into()),
+                partition_key: Some("s".into()),
+                correlation_id: Some("c".into()),
+                subject: Some("sub".into()),
+                to: Some("to".into()),
+                reply_to: Some("rt".into()),
+                reply_to_session_id: Some("rts".into()),
+                content_type: Some("text/plain".into()),
+                time_to_live: Some(Duration::from_secs(30)),
+                scheduled_enqueue_time: Some(Timestamp::from_millis(99)),
             },
-            broker: BrokerProperties {
-                sequence_number: SequenceNumber((3 << 48) | 5),
-                enqueued_sequence_number: SequenceNumber(5),
-                enqueued_time: Timestamp::from_millis(1000),
-                partition_id: PartitionId(3),
-                delivery_count: 4,
-                state: MessageState::Deferred,
-                expires_at: Timestamp::MAX,
-                dead_letter_source: Some("q".into()),
-                dead_letter_reason: Some("r".into()),
-                dead_letter_error_description: None,
-            },
+            application_properties: props,
+            body: Bytes::from_static(b"body"),
+            raw: Some(Bytes::from_static(b"raw")),
+            application_properties_modified: true,
         };
-        assert_eq!(decode_message(&encode_message(&record)).unwrap(), record);
+        assert_eq!(decode_body(&encode_body(&message)).unwrap(), message);
+        let meta = MessageMeta {
+            enqueued_sequence_number: SequenceNumber(5),
+            enqueued_time: Timestamp::from_millis(1000),
+            size: 77,
+            delivery_count: 4,
+            state: MessageState::Deferred,
+            expires_at: Timestamp::MAX,
+            dead_letter_source: Some("q".into()),
+            dead_letter_reason: Some("r".into()),
+            dead_letter_error_description: None,
+            modified_properties: [("k".to_owned(), PropertyValue::Int(1))].into(),
+        };
+        assert_eq!(decode_meta(&encode_meta(&meta)).unwrap(), meta);
     }
 
     #[test]
@@ -555,14 +567,16 @@ mod tests {
 
     #[test]
     fn truncated_or_unknown_records_are_corruption_not_panics() {
-        let bytes = encode_message(&MessageRecord {
-            message: Message::new("x"),
-            broker: BrokerProperties::default(),
-        });
-        for cut in 0..bytes.len() {
-            assert!(decode_message(&bytes[..cut]).is_err(), "cut at {cut}");
+        let body = encode_body(&Message::new("x"));
+        for cut in 0..body.len() {
+            assert!(decode_body(&body[..cut]).is_err(), "cut at {cut}");
         }
-        assert!(decode_message(&[9, 0, 0]).is_err());
+        let meta = encode_meta(&MessageMeta::default());
+        for cut in 0..meta.len() {
+            assert!(decode_meta(&meta[..cut]).is_err(), "cut at {cut}");
+        }
+        assert!(decode_body(&[9, 0, 0]).is_err());
+        assert!(decode_meta(&[9, 0, 0]).is_err());
         assert!(decode_entity(&[]).is_err());
     }
 }

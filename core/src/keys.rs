@@ -3,15 +3,19 @@
 //! ```text
 //! n e <entity name, lowercase>            entity record (id, kind, description)
 //! n i                                     next entity id (u64 big-endian)
+//! n c                                     number of stores the namespace was created with
 //! p <entity id u64> <partition u16> s     partition record (sequence counter)
-//! p <entity id u64> <partition u16> m <seq u64>   message in the main queue
-//! p <entity id u64> <partition u16> d <seq u64>   message in the dead-letter queue
+//! p <entity id u64> <partition u16> b <seq u64>   message body (what the sender sent; written once)
+//! p <entity id u64> <partition u16> m <seq u64>   meta record of a message in the main queue
+//! p <entity id u64> <partition u16> d <seq u64>   meta record of a message in the dead-letter queue
 //! p <entity id u64> <partition u16> u <dedup key> duplicate-detection entry (expiry)
 //! ```
 //!
 //! **Architecture Invariant:** integers in keys are big-endian so byte order is numeric order;
 //! everything of one partition shares the prefix [`partition_prefix`], and everything of one
-//! entity the prefix [`entity_prefix`], so deleting either is one range delete. Entity ids are
+//! entity the prefix [`entity_prefix`], so deleting either is one range delete. A message has
+//! exactly one meta record (in one sub-queue) exactly as long as it has a body record; bodies
+//! sort by sequence number, so the head of a backlog is one contiguous range. Entity ids are
 //! never reused, so a queue deleted and created again never sees the old one's records.
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -22,9 +26,11 @@ use crate::types::{PartitionId, SequenceNumber, SubQueue};
 const NAMESPACE: u8 = b'n';
 const ENTITY: u8 = b'e';
 const NEXT_ENTITY_ID: u8 = b'i';
+const STORE_COUNT: u8 = b'c';
 const PARTITION: u8 = b'p';
 const PARTITION_RECORD: u8 = b's';
 const DEDUP: u8 = b'u';
+const BODY: u8 = b'b';
 
 /// Identifies an entity in the store; assigned at creation, never reused.
 pub type EntityId = u64;
@@ -44,6 +50,10 @@ pub fn entities_prefix() -> Bytes {
 
 pub fn next_entity_id() -> Bytes {
     Bytes::from_static(&[NAMESPACE, NEXT_ENTITY_ID])
+}
+
+pub fn store_count() -> Bytes {
+    Bytes::from_static(&[NAMESPACE, STORE_COUNT])
 }
 
 pub fn entity_prefix(id: EntityId) -> Bytes {
@@ -83,6 +93,18 @@ pub fn message(
     let mut k = partition_key(id, partition, queue.tag(), 8);
     k.put_u64(seq.0 as u64);
     k.freeze()
+}
+
+/// The key of a message's body record.
+pub fn body(id: EntityId, partition: PartitionId, seq: SequenceNumber) -> Bytes {
+    let mut k = partition_key(id, partition, BODY, 8);
+    k.put_u64(seq.0 as u64);
+    k.freeze()
+}
+
+/// The prefix of every body record of a partition.
+pub fn body_prefix(id: EntityId, partition: PartitionId) -> Bytes {
+    partition_key(id, partition, BODY, 0).freeze()
 }
 
 /// The prefix of every message of one sub-queue of a partition.

@@ -31,7 +31,9 @@ pub mod testing;
 pub mod transport;
 pub mod types;
 
-pub use broker::{Availability, Broker, EntityAddress, QueueInfo, QueueRuntime, SendFuture};
+pub use broker::{
+    Availability, Broker, BrokerOptions, EntityAddress, QueueInfo, QueueRuntime, SendFuture,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use description::{EntityStatus, NamespaceLimits, QueueDescription};
 pub use error::{BrokerError, Result};

@@ -129,7 +129,8 @@ impl Message {
     }
 }
 
-fn value_size(value: &PropertyValue) -> usize {
+/// The size an application property value counts for in [`Message::size`].
+pub(crate) fn value_size(value: &PropertyValue) -> usize {
     match value {
         PropertyValue::Null => 1,
         PropertyValue::Bool(_) | PropertyValue::UByte(_) | PropertyValue::Byte(_) => 2,

@@ -21,6 +21,8 @@ pub const DUPLICATES_DROPPED_TOTAL: &str = "ironbus_broker_duplicates_dropped_to
 pub const LOCK_EXPIRATIONS_TOTAL: &str = "ironbus_broker_lock_expirations_total";
 /// Partitions currently unavailable (their store cannot serve them).
 pub const PARTITIONS_UNAVAILABLE: &str = "ironbus_broker_partitions_unavailable";
+/// Message bodies read back from the store (not in the body cache when delivered or peeked).
+pub const BODIES_READ_TOTAL: &str = "ironbus_store_bodies_read_total";
 /// Time one partition's store write took, in seconds.
 pub const STORE_WRITE_DURATION_SECONDS: &str = "ironbus_store_write_duration_seconds";
 
@@ -89,6 +91,12 @@ pub const CATALOGUE: &[MetricDef] = &[
         name: PARTITIONS_UNAVAILABLE,
         kind: MetricKind::Gauge,
         help: "Partitions whose store cannot serve them",
+        labels: &[],
+    },
+    MetricDef {
+        name: BODIES_READ_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Message bodies read back from the store because they were not cached",
         labels: &[],
     },
     MetricDef {

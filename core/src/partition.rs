@@ -11,6 +11,12 @@
 //! write fails, every reply of the cycle is an error, the partition is marked unavailable, and
 //! its state is rebuilt from the store before it serves again (the same path that loads it at
 //! start-up). Locks are memory only: a rebuild releases them, as a restart does.
+//!
+//! **Architecture Invariant:** memory holds an index, not the messages: per message a small
+//! [`Entry`] (times, counts, state). A body is kept only while the broker-wide [`BodyCache`]
+//! has room; deliveries, peeks and deferred receives read missing bodies from the store before
+//! the cycle's write (so even a message deleted in that cycle is still readable), prefetching
+//! ahead of the head of a backlog.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -18,11 +24,10 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::Clock;
-use crate::codec::{self, MessageRecord};
+use crate::codec::{self, MessageMeta};
 use crate::dedup::{DedupKey, DedupWindow};
 use crate::description::QueueDescription;
 use crate::error::{BrokerError, Result};
@@ -178,6 +183,7 @@ pub(crate) struct PartitionContext {
     pub(crate) description: Arc<QueueDescription>,
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) cache: Arc<BodyCache>,
 }
 
 /// Starts the actor of one partition on the current tokio runtime.
@@ -198,25 +204,205 @@ pub(crate) fn spawn(context: PartitionContext) -> PartitionHandle {
     handle
 }
 
+/// How many body bytes the partitions of one broker keep in memory, together.
+///
+/// A message's body is stored once, in its body record; a partition keeps it in memory only
+/// while the cache has room (new messages first take what is free; deliveries from a backlog
+/// read bodies back from the store, prefetching ahead). What is cached is counted here, so a
+/// backlog of any length costs memory only for its index.
+#[derive(Debug)]
+pub(crate) struct BodyCache {
+    budget: u64,
+    used: AtomicU64,
+}
+
+impl BodyCache {
+    pub(crate) fn new(budget: u64) -> Self {
+        Self { budget, used: AtomicU64::new(0) }
+    }
+
+    /// Takes `n` bytes of the budget, if that many are free.
+    fn try_take(&self, n: u64) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used + n <= self.budget).then_some(used + n)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, n: u64) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Bytes cached now, by every partition.
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+/// Expiry times at or after this (year 10000) mean "never" for indexing: Service Bus's default
+/// time to live (`TimeSpan.MaxValue`) ends far beyond it.
+const NEVER_EXPIRES: Timestamp = Timestamp::from_millis(253_402_300_800_000);
+
+/// A message in the partition's index. Kept small: a backlog of a million messages costs a
+/// million of these, while bodies stay in the store (see [`BodyCache`]).
 #[derive(Debug)]
 struct Entry {
-    message: Arc<Message>,
-    broker: BrokerProperties,
+    enqueued_time: Timestamp,
+    expires_at: Timestamp,
+    delivery_count: u32,
+    size: u32,
+    state: MessageState,
+    /// Whether `body` is counted in the [`BodyCache`] (else it is held only until the end of
+    /// the cycle that stored it).
+    counted: bool,
+    body: Option<Arc<Message>>,
+    /// The lock and the rarely set parts of the meta record.
+    aux: Option<Box<Aux>>,
+}
+
+#[derive(Debug, Default)]
+struct Aux {
     lock: Option<MessageLock>,
-    size: u64,
+    enqueued_sequence_number: Option<SequenceNumber>,
+    dead_letter_source: Option<String>,
+    dead_letter_reason: Option<String>,
+    dead_letter_error_description: Option<String>,
+    modified_properties: ApplicationProperties,
+}
+
+impl Aux {
+    fn is_empty(&self) -> bool {
+        self.lock.is_none()
+            && self.enqueued_sequence_number.is_none()
+            && self.dead_letter_source.is_none()
+            && self.dead_letter_reason.is_none()
+            && self.dead_letter_error_description.is_none()
+            && self.modified_properties.is_empty()
+    }
 }
 
 impl Entry {
-    fn received(&self, lock: Option<MessageLock>) -> ReceivedMessage {
-        ReceivedMessage { message: self.message.clone(), broker: self.broker.clone(), lock }
+    fn from_meta(seq: SequenceNumber, meta: MessageMeta) -> Entry {
+        let mut entry = Entry {
+            enqueued_time: meta.enqueued_time,
+            expires_at: meta.expires_at,
+            delivery_count: meta.delivery_count,
+            size: meta.size,
+            state: meta.state,
+            counted: false,
+            body: None,
+            aux: None,
+        };
+        let aux = Aux {
+            lock: None,
+            enqueued_sequence_number: (meta.enqueued_sequence_number != seq)
+                .then_some(meta.enqueued_sequence_number),
+            dead_letter_source: meta.dead_letter_source,
+            dead_letter_reason: meta.dead_letter_reason,
+            dead_letter_error_description: meta.dead_letter_error_description,
+            modified_properties: meta.modified_properties,
+        };
+        if !aux.is_empty() {
+            entry.aux = Some(Box::new(aux));
+        }
+        entry
     }
 
-    fn record(&self) -> MessageRecord {
-        MessageRecord { message: (*self.message).clone(), broker: self.broker.clone() }
+    fn meta(&self, seq: SequenceNumber) -> MessageMeta {
+        let aux = self.aux.as_deref();
+        MessageMeta {
+            enqueued_sequence_number: aux.and_then(|a| a.enqueued_sequence_number).unwrap_or(seq),
+            enqueued_time: self.enqueued_time,
+            size: self.size,
+            delivery_count: self.delivery_count,
+            state: self.state,
+            expires_at: self.expires_at,
+            dead_letter_source: aux.and_then(|a| a.dead_letter_source.clone()),
+            dead_letter_reason: aux.and_then(|a| a.dead_letter_reason.clone()),
+            dead_letter_error_description: aux
+                .and_then(|a| a.dead_letter_error_description.clone()),
+            modified_properties: aux.map(|a| a.modified_properties.clone()).unwrap_or_default(),
+        }
+    }
+
+    fn aux_mut(&mut self) -> &mut Aux {
+        self.aux.get_or_insert_with(Box::default)
+    }
+
+    fn lock(&self) -> Option<MessageLock> {
+        self.aux.as_ref().and_then(|a| a.lock)
+    }
+
+    fn take_lock(&mut self) -> Option<MessageLock> {
+        let aux = self.aux.as_mut()?;
+        let lock = aux.lock.take();
+        if aux.is_empty() {
+            self.aux = None;
+        }
+        lock
+    }
+
+    /// What goes out for this message; its body may still have to be read from the store.
+    fn outgoing(
+        &self,
+        seq: SequenceNumber,
+        partition: PartitionId,
+        lock: Option<MessageLock>,
+    ) -> Outgoing {
+        let aux = self.aux.as_deref();
+        Outgoing {
+            broker: BrokerProperties {
+                sequence_number: seq,
+                enqueued_sequence_number: aux
+                    .and_then(|a| a.enqueued_sequence_number)
+                    .unwrap_or(seq),
+                enqueued_time: self.enqueued_time,
+                partition_id: partition,
+                delivery_count: self.delivery_count,
+                state: self.state,
+                expires_at: self.expires_at,
+                dead_letter_source: aux.and_then(|a| a.dead_letter_source.clone()),
+                dead_letter_reason: aux.and_then(|a| a.dead_letter_reason.clone()),
+                dead_letter_error_description: aux
+                    .and_then(|a| a.dead_letter_error_description.clone()),
+            },
+            lock,
+            body: self.body.clone(),
+            modified_properties: aux
+                .map(|a| a.modified_properties.clone())
+                .filter(|p| !p.is_empty()),
+        }
     }
 }
 
-/// The partition's in-memory state: a cache of what its store holds, plus locks.
+/// A message on its way out (a delivery, a peek, a deferred receive) before its body is known.
+#[derive(Debug)]
+struct Outgoing {
+    broker: BrokerProperties,
+    lock: Option<MessageLock>,
+    body: Option<Arc<Message>>,
+    modified_properties: Option<ApplicationProperties>,
+}
+
+impl Outgoing {
+    /// The received message, once the body is there (`load_bodies` made sure of that).
+    fn finish(self) -> ReceivedMessage {
+        let body = self.body.expect("bodies are loaded before a cycle ends well");
+        let message = match self.modified_properties {
+            None => body,
+            Some(props) => {
+                let mut message = (*body).clone();
+                message.application_properties.extend(props);
+                message.application_properties_modified = true;
+                Arc::new(message)
+            }
+        };
+        ReceivedMessage { message, broker: self.broker, lock: self.lock }
+    }
+}
+
+/// The partition's in-memory state: an index of what its store holds, plus locks.
 #[derive(Debug, Default)]
 struct State {
     last_counter: u64,
@@ -231,9 +417,15 @@ struct State {
     lock_expiry: BTreeSet<(Timestamp, LockToken)>,
     dedup: DedupWindow,
     size_bytes: u64,
+    /// Body bytes this partition holds counted in the [`BodyCache`].
+    cached_bytes: u64,
 }
 
 type Reply = Box<dyn FnOnce(&Result<(), BrokerError>) + Send + Sync>;
+type ListReply = oneshot::Sender<Result<Vec<ReceivedMessage>>>;
+
+/// Bodies read ahead of the head of a backlog, when a delivery needs one from the store.
+const PREFETCH: usize = 256;
 
 struct Partition {
     cx: PartitionContext,
@@ -247,9 +439,13 @@ struct Partition {
     batch: WriteBatch,
     counter_dirty: bool,
     probe: bool,
-    deliveries: Vec<(Arc<ReceiverShared>, ReceivedMessage)>,
+    deliveries: Vec<(Arc<ReceiverShared>, Outgoing)>,
+    /// Peeks and deferred receives, answered after their bodies are loaded.
+    lists: Vec<(ListReply, Result<Vec<Outgoing>>)>,
     replies: Vec<Reply>,
     drains: Vec<oneshot::Sender<()>>,
+    /// Messages stored this cycle whose bodies did not fit the cache: dropped after the write.
+    transient: Vec<(SubQueue, SequenceNumber)>,
 }
 
 impl fmt::Debug for Partition {
@@ -275,8 +471,10 @@ impl Partition {
             counter_dirty: false,
             probe: false,
             deliveries: Vec::new(),
+            lists: Vec::new(),
             replies: Vec::new(),
             drains: Vec::new(),
+            transient: Vec::new(),
         }
     }
 
@@ -298,6 +496,7 @@ impl Partition {
             }
         }
         self.close_receivers();
+        self.release_cache();
     }
 
     fn unavailable(&self) -> BrokerError {
@@ -340,8 +539,9 @@ impl Partition {
             );
             self.counter_dirty = false;
         }
-        let mut result = Ok(());
-        if !self.batch.is_empty() {
+        // Bodies first: what this cycle deletes is still in the store until the write.
+        let mut result = self.load_bodies().await;
+        if result.is_ok() && !self.batch.is_empty() {
             let batch = std::mem::take(&mut self.batch);
             let started = std::time::Instant::now();
             result = self.cx.store.write(batch).await;
@@ -353,7 +553,7 @@ impl Partition {
             result = self.cx.store.get(&key).await.map(|_| ());
         }
         let result = result.map_err(|e: StoreError| {
-            tracing::warn!(entity = %self.cx.entity_name, partition = %self.cx.partition, error = %e, "store write failed; rebuilding partition");
+            tracing::warn!(entity = %self.cx.entity_name, partition = %self.cx.partition, error = %e, "store failed; rebuilding partition");
             self.needs_rebuild = true;
             self.set_available(false);
             if e.is_retriable() {
@@ -363,18 +563,30 @@ impl Partition {
             }
         });
 
-        for (receiver, message) in self.deliveries.drain(..) {
+        for (receiver, outgoing) in self.deliveries.drain(..) {
             if result.is_ok() {
-                receiver.deliver(message);
+                receiver.deliver(outgoing.finish());
             } else {
                 receiver.cancel_reservation();
             }
+        }
+        for (reply, answer) in self.lists.drain(..) {
+            let answer = match &result {
+                Ok(()) => answer.map(|list| list.into_iter().map(Outgoing::finish).collect()),
+                Err(e) => Err(e.clone()),
+            };
+            let _ = reply.send(answer);
         }
         for reply in self.replies.drain(..) {
             reply(&result);
         }
         for drain in self.drains.drain(..) {
             let _ = drain.send(());
+        }
+        if result.is_ok() {
+            self.drop_transient_bodies();
+        } else {
+            self.transient.clear();
         }
         self.publish();
         keep_running
@@ -423,11 +635,11 @@ impl Partition {
             }
             Command::ReceiveDeferred { queue, sequence_numbers, mode, reply } => {
                 let outcome = self.receive_deferred(queue, &sequence_numbers, mode, now);
-                self.reply(reply, outcome);
+                self.lists.push((reply, outcome));
             }
             Command::Peek { queue, from, max, reply } => {
                 let peeked = self.peek(queue, from, max);
-                self.reply(reply, Ok(peeked));
+                self.lists.push((reply, Ok(peeked)));
             }
             Command::Counts { reply } => {
                 self.probe = true;
@@ -514,59 +726,189 @@ impl Partition {
         .unwrap_or(Timestamp::MAX)
     }
 
+    // ---- bodies ----
+
+    /// Gives the partition's share of the body cache back (the state holding it is going).
+    fn release_cache(&mut self) {
+        self.cx.cache.give_back(std::mem::take(&mut self.state.cached_bytes));
+    }
+
+    /// Caches `body` in the entry if the budget allows. True if it did.
+    fn try_cache(&mut self, queue: SubQueue, seq: SequenceNumber, body: &Arc<Message>) -> bool {
+        let Some(entry) = self.state.messages[queue.index()].get_mut(&seq) else { return false };
+        if entry.body.is_some() || !self.cx.cache.try_take(u64::from(entry.size)) {
+            return false;
+        }
+        entry.body = Some(body.clone());
+        entry.counted = true;
+        self.state.cached_bytes += u64::from(entry.size);
+        true
+    }
+
+    fn drop_transient_bodies(&mut self) {
+        for (queue, seq) in std::mem::take(&mut self.transient) {
+            if let Some(entry) = self.state.messages[queue.index()].get_mut(&seq) {
+                if !entry.counted {
+                    entry.body = None;
+                }
+            }
+        }
+    }
+
+    /// Reads from the store the bodies that this cycle's deliveries, peeks and deferred
+    /// receives need and the cache did not hold, and, for a backlog being delivered, the bodies
+    /// of the next available messages while the cache has room.
+    async fn load_bodies(&mut self) -> Result<(), StoreError> {
+        let mut needed: Vec<SequenceNumber> = self
+            .deliveries
+            .iter()
+            .map(|(_, o)| o)
+            .chain(self.lists.iter().filter_map(|(_, l)| l.as_ref().ok()).flatten())
+            .filter(|o| o.body.is_none())
+            .map(|o| o.broker.sequence_number)
+            .collect();
+        if needed.is_empty() {
+            return Ok(());
+        }
+        let delivering = self.deliveries.iter().any(|(_, o)| o.body.is_none());
+        let mut ahead = Vec::new();
+        if delivering {
+            for queue in SubQueue::ALL {
+                let q = queue.index();
+                for &seq in self.state.available[q].iter().take(PREFETCH) {
+                    if self.state.messages[q].get(&seq).is_some_and(|e| e.body.is_none()) {
+                        ahead.push((queue, seq));
+                    }
+                }
+            }
+        }
+        let mut wanted: Vec<SequenceNumber> =
+            needed.iter().copied().chain(ahead.iter().map(|&(_, s)| s)).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        needed.sort_unstable();
+        needed.dedup();
+
+        let loaded = self.read_bodies(&wanted).await?;
+        for &seq in &needed {
+            if !loaded.contains_key(&seq) {
+                return Err(StoreError::corrupted(format!("the body of message {seq} is missing")));
+            }
+        }
+        metrics::counter!(m::BODIES_READ_TOTAL).increment(loaded.len() as u64);
+        let fill = |o: &mut Outgoing| {
+            if o.body.is_none() {
+                o.body = loaded.get(&o.broker.sequence_number).cloned();
+            }
+        };
+        self.deliveries.iter_mut().for_each(|(_, o)| fill(o));
+        self.lists.iter_mut().filter_map(|(_, l)| l.as_mut().ok()).flatten().for_each(fill);
+        for (queue, seq) in ahead {
+            if let Some(body) = loaded.get(&seq) {
+                if !self.try_cache(queue, seq, body) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the body records of `seqs` (sorted): close runs with one scan, the rest one by one.
+    async fn read_bodies(
+        &self,
+        seqs: &[SequenceNumber],
+    ) -> Result<HashMap<SequenceNumber, Arc<Message>>, StoreError> {
+        let (id, p) = (self.cx.entity_id, self.cx.partition);
+        let mut loaded = HashMap::with_capacity(seqs.len());
+        let mut i = 0;
+        while i < seqs.len() {
+            // A run: following sequence numbers no further apart than the run is long.
+            let mut j = i + 1;
+            while j < seqs.len() && seqs[j].0 - seqs[j - 1].0 <= 4 {
+                j += 1;
+            }
+            let (first, last) = (seqs[i], seqs[j - 1]);
+            if j - i == 1 {
+                if let Some(value) = self.cx.store.get(&keys::body(id, p, first)).await? {
+                    loaded.insert(first, Arc::new(codec::decode_body(&value)?));
+                }
+            } else {
+                let start = keys::body(id, p, first);
+                let end = keys::body(id, p, SequenceNumber(last.0 + 1));
+                let limit = (last.0 - first.0 + 1) as usize;
+                for (key, value) in self.cx.store.scan(&start, &end, limit).await? {
+                    let seq = keys::message_seq(&key)
+                        .ok_or_else(|| StoreError::corrupted("body key without sequence number"))?;
+                    if seqs[i..j].binary_search(&seq).is_ok() {
+                        loaded.insert(seq, Arc::new(codec::decode_body(&value)?));
+                    }
+                }
+            }
+            i = j;
+        }
+        Ok(loaded)
+    }
+
     // ---- rebuilding from the store ----
 
     async fn rebuild(&mut self) -> Result<(), StoreError> {
         let (id, p) = (self.cx.entity_id, self.cx.partition);
+        self.release_cache();
+        self.state = State::default();
         let mut state = State::default();
         if let Some(value) = self.cx.store.get(&keys::partition_record(id, p)).await? {
             state.last_counter = codec::decode_partition(&value)?;
         }
         for queue in SubQueue::ALL {
             let prefix = keys::messages_prefix(id, p, queue);
-            for (key, value) in self.scan_all(&prefix).await? {
-                let record = codec::decode_message(&value)?;
-                let seq = keys::message_seq(&key)
+            let partitioned = self.partitioned;
+            self.scan_each(&prefix, |key, value| {
+                let meta = codec::decode_meta(value)?;
+                let seq = keys::message_seq(key)
                     .ok_or_else(|| StoreError::corrupted("message key without sequence number"))?;
-                state.last_counter = state.last_counter.max(seq.counter(self.partitioned));
-                let size = record.message.size() as u64;
-                state.size_bytes += size;
-                let entry = Entry {
-                    message: Arc::new(record.message),
-                    broker: record.broker,
-                    lock: None,
-                    size,
-                };
+                state.last_counter = state.last_counter.max(seq.counter(partitioned));
+                state.size_bytes += u64::from(meta.size);
+                let entry = Entry::from_meta(seq, meta);
                 index_entry(&mut state, queue, seq, &entry);
                 state.messages[queue.index()].insert(seq, entry);
-            }
+                Ok(())
+            })
+            .await?;
         }
-        for (key, value) in self.scan_all(&keys::dedup_prefix(id, p)).await? {
-            let dedup_key = keys::dedup_key(&key)
+        self.scan_each(&keys::dedup_prefix(id, p), |key, value| {
+            let dedup_key = keys::dedup_key(key)
                 .ok_or_else(|| StoreError::corrupted("invalid duplicate-detection key"))?;
-            state.dedup.restore(dedup_key, codec::decode_dedup(&value)?);
-        }
+            state.dedup.restore(dedup_key, codec::decode_dedup(value)?);
+            Ok(())
+        })
+        .await?;
         self.state = state;
         self.needs_rebuild = false;
         self.batch = WriteBatch::new();
         self.counter_dirty = false;
+        self.transient.clear();
         Ok(())
     }
 
-    async fn scan_all(&self, prefix: &[u8]) -> Result<Vec<(Bytes, Bytes)>, StoreError> {
+    /// Calls `f` on every pair under `prefix`, a page at a time.
+    async fn scan_each(
+        &self,
+        prefix: &[u8],
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         let end = crate::store::prefix_end(prefix);
         let mut start = prefix.to_vec();
-        let mut all = Vec::new();
         loop {
             let page = self.cx.store.scan(&start, &end, SCAN_PAGE).await?;
-            let done = page.len() < SCAN_PAGE;
-            if let Some((last, _)) = page.last() {
-                start = last.to_vec();
-                start.push(0);
+            for (key, value) in &page {
+                f(key, value)?;
             }
-            all.extend(page);
-            if done {
-                return Ok(all);
+            match page.last() {
+                Some((last, _)) if page.len() == SCAN_PAGE => {
+                    start = last.to_vec();
+                    start.push(0);
+                }
+                _ => return Ok(()),
             }
         }
     }
@@ -582,7 +924,7 @@ impl Partition {
             if let Some((queue, seq)) = self.state.locks.remove(&token) {
                 metrics::counter!(m::LOCK_EXPIRATIONS_TOTAL).increment(1);
                 if let Some(entry) = self.entry_mut(queue, seq) {
-                    entry.lock = None;
+                    entry.take_lock();
                 }
                 self.after_failed_delivery(queue, seq, ApplicationProperties::new(), now);
             }
@@ -593,8 +935,8 @@ impl Partition {
             }
             self.state.scheduled.pop_first();
             if let Some(entry) = self.entry_mut(SubQueue::Main, seq) {
-                entry.broker.state = MessageState::Active;
-                entry.broker.enqueued_time = at;
+                entry.state = MessageState::Active;
+                entry.enqueued_time = at;
                 self.persist(SubQueue::Main, seq);
                 self.make_available(SubQueue::Main, seq, now);
             }
@@ -604,7 +946,7 @@ impl Partition {
                 break;
             }
             self.state.expiring.pop_first();
-            let locked = self.entry(SubQueue::Main, seq).is_some_and(|e| e.lock.is_some());
+            let locked = self.entry(SubQueue::Main, seq).is_some_and(|e| e.lock().is_some());
             if !locked {
                 self.expire(seq);
             }
@@ -617,7 +959,7 @@ impl Partition {
 
     fn expire(&mut self, seq: SequenceNumber) {
         let Some(entry) = self.entry(SubQueue::Main, seq) else { return };
-        if entry.broker.state == MessageState::Scheduled {
+        if entry.state == MessageState::Scheduled {
             return;
         }
         if self.cx.description.dead_lettering_on_message_expiration {
@@ -637,6 +979,7 @@ impl Partition {
 
     fn enqueue(&mut self, messages: Vec<Arc<Message>>, now: Timestamp) -> Result<Vec<SendOutcome>> {
         let desc = self.cx.description.clone();
+        let (id, p) = (self.cx.entity_id, self.cx.partition);
         let mut outcomes = Vec::with_capacity(messages.len());
         for message in messages {
             if desc.requires_duplicate_detection {
@@ -651,43 +994,43 @@ impl Partition {
                         now,
                         desc.duplicate_detection_history_time_window,
                     );
-                    self.batch.put(
-                        keys::dedup(self.cx.entity_id, self.cx.partition, &key),
-                        codec::encode_dedup(until),
-                    );
+                    self.batch.put(keys::dedup(id, p, &key), codec::encode_dedup(until));
                 }
             }
             self.state.last_counter += 1;
             self.counter_dirty = true;
-            let seq =
-                SequenceNumber::new(self.partitioned, self.cx.partition, self.state.last_counter);
+            let seq = SequenceNumber::new(self.partitioned, p, self.state.last_counter);
             let scheduled = message.properties.scheduled_enqueue_time.filter(|at| *at > now);
             let enqueued_time = scheduled.unwrap_or(now);
             let ttl =
                 message.properties.time_to_live.map_or(desc.default_message_time_to_live, |t| {
                     t.min(desc.default_message_time_to_live)
                 });
-            let broker = BrokerProperties {
-                sequence_number: seq,
-                enqueued_sequence_number: seq,
+            let size = u32::try_from(message.size()).unwrap_or(u32::MAX);
+            let counted = self.cx.cache.try_take(u64::from(size));
+            let entry = Entry {
                 enqueued_time,
-                partition_id: self.cx.partition,
+                expires_at: enqueued_time.saturating_add(ttl),
                 delivery_count: 0,
+                size,
                 state: if scheduled.is_some() {
                     MessageState::Scheduled
                 } else {
                     MessageState::Active
                 },
-                expires_at: enqueued_time.saturating_add(ttl),
-                dead_letter_source: None,
-                dead_letter_reason: None,
-                dead_letter_error_description: None,
+                counted,
+                body: Some(message.clone()),
+                aux: None,
             };
-            let size = message.size() as u64;
-            let entry = Entry { message, broker, lock: None, size };
+            if counted {
+                self.state.cached_bytes += u64::from(size);
+            } else {
+                self.transient.push((SubQueue::Main, seq));
+            }
+            self.batch.put(keys::body(id, p, seq), codec::encode_body(&message));
             self.batch.put(
-                keys::message(self.cx.entity_id, self.cx.partition, SubQueue::Main, seq),
-                codec::encode_message(&entry.record()),
+                keys::message(id, p, SubQueue::Main, seq),
+                codec::encode_meta(&entry.meta(seq)),
             );
             self.insert(SubQueue::Main, seq, entry);
             metrics::counter!(m::MESSAGES_INCOMING_TOTAL, "entity_kind" => "queue").increment(1);
@@ -701,7 +1044,7 @@ impl Partition {
     fn cancel(&mut self, sequence_numbers: &[SequenceNumber]) {
         for &seq in sequence_numbers {
             let Some(entry) = self.entry(SubQueue::Main, seq) else { continue };
-            if entry.broker.state == MessageState::Scheduled {
+            if entry.state == MessageState::Scheduled {
                 self.remove(SubQueue::Main, seq);
             }
         }
@@ -717,7 +1060,7 @@ impl Partition {
     }
 
     fn unlock(&mut self, queue: SubQueue, seq: SequenceNumber) {
-        if let Some(lock) = self.entry_mut(queue, seq).and_then(|e| e.lock.take()) {
+        if let Some(lock) = self.entry_mut(queue, seq).and_then(Entry::take_lock) {
             self.state.locks.remove(&lock.token);
             self.state.lock_expiry.remove(&(lock.locked_until, lock.token));
         }
@@ -748,7 +1091,7 @@ impl Partition {
             Disposition::Release => self.make_available(queue, seq, now),
             Disposition::Defer { properties } => {
                 if let Some(entry) = self.entry_mut(queue, seq) {
-                    entry.broker.state = MessageState::Deferred;
+                    entry.state = MessageState::Deferred;
                     merge_properties(entry, properties);
                 }
                 self.persist(queue, seq);
@@ -776,9 +1119,9 @@ impl Partition {
     ) {
         let max = self.cx.description.max_delivery_count;
         let Some(entry) = self.entry_mut(queue, seq) else { return };
-        entry.broker.delivery_count += 1;
+        entry.delivery_count += 1;
         merge_properties(entry, properties);
-        let exhausted = entry.broker.delivery_count >= max;
+        let exhausted = entry.delivery_count >= max;
         if queue == SubQueue::Main && exhausted {
             self.move_to_dead_letter(
                 seq,
@@ -801,7 +1144,8 @@ impl Partition {
         let seq = self.locked(queue, token)?;
         let until = now.saturating_add(self.cx.description.lock_duration);
         let entry = self.entry_mut(queue, seq).ok_or(BrokerError::MessageLockLost)?;
-        let lock = entry.lock.as_mut().ok_or(BrokerError::MessageLockLost)?;
+        let lock =
+            entry.aux.as_mut().and_then(|a| a.lock.as_mut()).ok_or(BrokerError::MessageLockLost)?;
         let old = std::mem::replace(&mut lock.locked_until, until);
         self.state.lock_expiry.remove(&(old, token));
         self.state.lock_expiry.insert((until, token));
@@ -814,10 +1158,10 @@ impl Partition {
         sequence_numbers: &[SequenceNumber],
         mode: ReceiveMode,
         now: Timestamp,
-    ) -> Result<Vec<ReceivedMessage>> {
+    ) -> Result<Vec<Outgoing>> {
         for &seq in sequence_numbers {
             match self.entry(queue, seq) {
-                Some(e) if e.broker.state == MessageState::Deferred && e.lock.is_none() => {}
+                Some(e) if e.state == MessageState::Deferred && e.lock().is_none() => {}
                 _ => return Err(BrokerError::MessageNotFound(seq)),
             }
         }
@@ -835,42 +1179,43 @@ impl Partition {
         seq: SequenceNumber,
         mode: ReceiveMode,
         now: Timestamp,
-    ) -> ReceivedMessage {
+    ) -> Outgoing {
         self.state.available[queue.index()].remove(&seq);
         metrics::counter!(m::MESSAGES_OUTGOING_TOTAL, "entity_kind" => "queue").increment(1);
+        let partition = self.cx.partition;
         match mode {
             ReceiveMode::PeekLock => {
                 let lock = MessageLock {
-                    token: LockToken::generate(self.cx.partition),
+                    token: LockToken::generate(partition),
                     locked_until: now.saturating_add(self.cx.description.lock_duration),
                 };
                 self.state.locks.insert(lock.token, (queue, seq));
                 self.state.lock_expiry.insert((lock.locked_until, lock.token));
                 let entry = self.entry_mut(queue, seq).expect("handed-out message exists");
-                entry.lock = Some(lock);
-                entry.received(Some(lock))
+                entry.aux_mut().lock = Some(lock);
+                entry.outgoing(seq, partition, Some(lock))
             }
             ReceiveMode::ReceiveAndDelete => {
-                let received =
-                    self.entry(queue, seq).expect("handed-out message exists").received(None);
+                let entry = self.entry(queue, seq).expect("handed-out message exists");
+                let outgoing = entry.outgoing(seq, partition, None);
                 self.remove(queue, seq);
-                received
+                outgoing
             }
         }
     }
 
-    fn peek(&self, queue: SubQueue, from: SequenceNumber, max: usize) -> Vec<ReceivedMessage> {
+    fn peek(&self, queue: SubQueue, from: SequenceNumber, max: usize) -> Vec<Outgoing> {
         self.state.messages[queue.index()]
             .range(from..)
             .take(max)
-            .map(|(_, e)| e.received(None))
+            .map(|(&seq, e)| e.outgoing(seq, self.cx.partition, None))
             .collect()
     }
 
     fn counts(&self) -> PartitionCounts {
         let mut c = PartitionCounts { size_bytes: self.state.size_bytes, ..Default::default() };
         for entry in self.state.messages[SubQueue::Main.index()].values() {
-            match entry.broker.state {
+            match entry.state {
                 MessageState::Active => c.active += 1,
                 MessageState::Deferred => c.deferred += 1,
                 MessageState::Scheduled => c.scheduled += 1,
@@ -907,8 +1252,8 @@ impl Partition {
             let q = queue.index();
             while let Some(&seq) = self.state.available[q].first() {
                 let Some(receiver) = self.reserve_receiver(queue) else { break };
-                let received = self.hand_out(queue, seq, receiver.mode, now);
-                self.deliveries.push((receiver, received));
+                let outgoing = self.hand_out(queue, seq, receiver.mode, now);
+                self.deliveries.push((receiver, outgoing));
             }
         }
     }
@@ -938,18 +1283,19 @@ impl Partition {
     }
 
     fn insert(&mut self, queue: SubQueue, seq: SequenceNumber, entry: Entry) {
-        self.state.size_bytes += entry.size;
+        self.state.size_bytes += u64::from(entry.size);
         index_entry(&mut self.state, queue, seq, &entry);
         self.state.messages[queue.index()].insert(seq, entry);
     }
 
-    fn remove(&mut self, queue: SubQueue, seq: SequenceNumber) -> Option<Entry> {
+    /// Takes a message out of a sub-queue's index and deletes its meta record; its body stays.
+    fn take(&mut self, queue: SubQueue, seq: SequenceNumber) -> Option<Entry> {
         self.unlock(queue, seq);
         let entry = self.state.messages[queue.index()].remove(&seq)?;
-        self.state.size_bytes -= entry.size;
+        self.state.size_bytes -= u64::from(entry.size);
         self.state.available[queue.index()].remove(&seq);
         if queue == SubQueue::Main {
-            self.state.expiring.remove(&(entry.broker.expires_at, seq));
+            self.state.expiring.remove(&(entry.expires_at, seq));
             if let Some(at) = scheduled_at(&entry) {
                 self.state.scheduled.remove(&(at, seq));
             }
@@ -958,10 +1304,20 @@ impl Partition {
         Some(entry)
     }
 
-    /// Writes the entry's current record.
+    /// Deletes a message: its meta record, its body, and its share of the body cache.
+    fn remove(&mut self, queue: SubQueue, seq: SequenceNumber) {
+        let Some(entry) = self.take(queue, seq) else { return };
+        if entry.counted {
+            self.cx.cache.give_back(u64::from(entry.size));
+            self.state.cached_bytes -= u64::from(entry.size);
+        }
+        self.batch.delete(keys::body(self.cx.entity_id, self.cx.partition, seq));
+    }
+
+    /// Writes the entry's current meta record.
     fn persist(&mut self, queue: SubQueue, seq: SequenceNumber) {
         if let Some(entry) = self.entry(queue, seq) {
-            let value = codec::encode_message(&entry.record());
+            let value = codec::encode_meta(&entry.meta(seq));
             self.batch.put(keys::message(self.cx.entity_id, self.cx.partition, queue, seq), value);
         }
     }
@@ -970,12 +1326,12 @@ impl Partition {
     /// its time has passed while it was locked.
     fn make_available(&mut self, queue: SubQueue, seq: SequenceNumber, now: Timestamp) {
         let Some(entry) = self.entry(queue, seq) else { return };
-        if queue == SubQueue::Main && entry.broker.expires_at <= now {
+        if queue == SubQueue::Main && entry.expires_at <= now {
             self.expire(seq);
             return;
         }
-        let (state, expires_at) = (entry.broker.state, entry.broker.expires_at);
-        if queue == SubQueue::Main && expires_at < Timestamp::MAX {
+        let (state, expires_at) = (entry.state, entry.expires_at);
+        if queue == SubQueue::Main && expires_at < NEVER_EXPIRES {
             self.state.expiring.insert((expires_at, seq));
         }
         if state == MessageState::Active {
@@ -990,7 +1346,7 @@ impl Partition {
         description: String,
         properties: ApplicationProperties,
     ) {
-        let Some(mut entry) = self.remove(SubQueue::Main, seq) else { return };
+        let Some(mut entry) = self.take(SubQueue::Main, seq) else { return };
         let label = match reason {
             dead_letter_reason::MAX_DELIVERY_COUNT_EXCEEDED | dead_letter_reason::TTL_EXPIRED => {
                 reason.to_owned()
@@ -1004,14 +1360,24 @@ impl Partition {
             "DeadLetterErrorDescription".into(),
             PropertyValue::String(description.clone()),
         );
+        // A dead-lettered message counts its added properties too, and leaves the body cache
+        // (it is rarely read soon).
+        let added =
+            props.iter().map(|(k, v)| k.len() + crate::message::value_size(v)).sum::<usize>();
+        if std::mem::take(&mut entry.counted) {
+            self.cx.cache.give_back(u64::from(entry.size));
+            self.state.cached_bytes -= u64::from(entry.size);
+        }
+        entry.body = None;
+        entry.size = entry.size.saturating_add(u32::try_from(added).unwrap_or(u32::MAX));
         merge_properties(&mut entry, props);
-        entry.broker.dead_letter_reason = Some(reason.to_owned());
-        entry.broker.dead_letter_error_description = Some(description);
-        entry.broker.state = MessageState::Active;
-        entry.size = entry.message.size() as u64;
+        let aux = entry.aux_mut();
+        aux.dead_letter_reason = Some(reason.to_owned());
+        aux.dead_letter_error_description = Some(description);
+        entry.state = MessageState::Active;
         self.batch.put(
             keys::message(self.cx.entity_id, self.cx.partition, SubQueue::DeadLetter, seq),
-            codec::encode_message(&entry.record()),
+            codec::encode_meta(&entry.meta(seq)),
         );
         self.insert(SubQueue::DeadLetter, seq, entry);
     }
@@ -1023,26 +1389,23 @@ fn index_entry(state: &mut State, queue: SubQueue, seq: SequenceNumber, entry: &
         if let Some(at) = scheduled_at(entry) {
             state.scheduled.insert((at, seq));
         }
-        if entry.broker.expires_at < Timestamp::MAX {
-            state.expiring.insert((entry.broker.expires_at, seq));
+        if entry.expires_at < NEVER_EXPIRES {
+            state.expiring.insert((entry.expires_at, seq));
         }
     }
-    if entry.broker.state == MessageState::Active {
+    if entry.state == MessageState::Active {
         state.available[queue.index()].insert(seq);
     }
 }
 
 fn scheduled_at(entry: &Entry) -> Option<Timestamp> {
-    (entry.broker.state == MessageState::Scheduled).then_some(entry.broker.enqueued_time)
+    (entry.state == MessageState::Scheduled).then_some(entry.enqueued_time)
 }
 
-/// Merges "properties to modify" into a message's application properties, and marks them
-/// modified so a transport re-encodes that section rather than reuse the client's.
+/// Merges "properties to modify" into the properties the broker lays over the message's own.
 fn merge_properties(entry: &mut Entry, properties: ApplicationProperties) {
     if properties.is_empty() {
         return;
     }
-    let message = Arc::make_mut(&mut entry.message);
-    message.application_properties.extend(properties);
-    message.application_properties_modified = true;
+    entry.aux_mut().modified_properties.extend(properties);
 }
