@@ -259,6 +259,22 @@ impl Broker {
         Ok(broker)
     }
 
+    /// Waits until every partition has loaded its state from the store (they start loading
+    /// when the broker opens) and returns how many messages they hold. Partitions that cannot
+    /// load (an unavailable store) are not counted.
+    pub async fn recovered(&self) -> u64 {
+        let entities: Vec<Arc<EntityHandle>> = self.entities().values().cloned().collect();
+        let mut total = 0;
+        for entity in entities {
+            for counts in
+                ask_all(&entity, |reply| Command::Counts { reply }).await.into_iter().flatten()
+            {
+                total += counts.active + counts.deferred + counts.scheduled + counts.dead_lettered;
+            }
+        }
+        total
+    }
+
     /// The store holding the namespace (entity records).
     fn namespace_store(&self) -> &Arc<dyn Store> {
         &self.inner.stores[0]

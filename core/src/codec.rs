@@ -283,10 +283,28 @@ pub fn encode_body(m: &Message) -> Bytes {
     w.opt_i64(p.time_to_live.map(|d| d.as_millis().min(i64::MAX as u128) as i64));
     w.opt_i64(p.scheduled_enqueue_time.map(Timestamp::as_millis));
     encode_properties(&mut w, &m.application_properties);
-    w.bytes(&m.body);
     w.opt_bytes(&m.raw);
+    // A body that is a slice of `raw` (an AMQP data section) is stored as its place in `raw`.
+    match m.raw.as_ref().and_then(|raw| slice_offset(raw, &m.body)) {
+        Some(offset) => {
+            w.u8(1);
+            w.u32(offset as u32);
+            w.u32(m.body.len() as u32);
+        }
+        None => {
+            w.u8(0);
+            w.bytes(&m.body);
+        }
+    }
     w.bool(m.application_properties_modified);
     w.finish()
+}
+
+/// Where `part` starts within `whole`, if it is a non-empty slice of it.
+fn slice_offset(whole: &[u8], part: &[u8]) -> Option<usize> {
+    let (start, at) = (whole.as_ptr() as usize, part.as_ptr() as usize);
+    let inside = !part.is_empty() && at >= start && at + part.len() <= start + whole.len();
+    (inside && u32::try_from(whole.len()).is_ok()).then(|| at - start)
 }
 
 /// A message's meta record (see [`MessageMeta`]).
@@ -454,8 +472,18 @@ pub fn decode_body(value: &[u8]) -> DecodeResult<Message> {
         scheduled_enqueue_time: r.opt(Reader::i64)?.map(Timestamp::from_millis),
     };
     let application_properties = decode_properties(&mut r)?;
-    let body = r.bytes()?;
     let raw = r.opt(Reader::bytes)?;
+    let body = match (r.u8()?, &raw) {
+        (0, _) => r.bytes()?,
+        (1, Some(raw)) => {
+            let (offset, len) = (r.u32()? as usize, r.u32()? as usize);
+            if offset.checked_add(len).is_none_or(|end| end > raw.len()) {
+                return Err(r.corrupted("body outside the raw message"));
+            }
+            raw.slice(offset..offset + len)
+        }
+        _ => return Err(r.corrupted("invalid body kind")),
+    };
     let application_properties_modified = r.bool()?;
     Ok(Message { properties, application_properties, body, raw, application_properties_modified })
 }
@@ -533,6 +561,16 @@ mod tests {
             application_properties_modified: true,
         };
         assert_eq!(decode_body(&encode_body(&message)).unwrap(), message);
+        // A body inside `raw` is stored once, as its place in `raw`.
+        let raw = Bytes::from_static(b"header:the body:trailer");
+        let sliced =
+            Message { body: raw.slice(7..15), raw: Some(raw.clone()), ..Message::default() };
+        let encoded = encode_body(&sliced);
+        let copied = Message { body: Bytes::copy_from_slice(b"the body"), ..sliced.clone() };
+        assert!(encoded.len() < encode_body(&copied).len(), "the body is not stored twice");
+        let decoded = decode_body(&encoded).unwrap();
+        assert_eq!(&decoded.body[..], b"the body");
+        assert_eq!(decoded, sliced);
         let meta = MessageMeta {
             enqueued_sequence_number: SequenceNumber(5),
             enqueued_time: Timestamp::from_millis(1000),

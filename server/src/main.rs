@@ -1,5 +1,5 @@
 //! `ironbus`: the default server, assembled from the workspace's crates: the broker engine on the
-//! chosen store, the AMQP transport, SAS keys and entities declared in a config file.
+//! chosen store (RocksDB by default, in `--data-dir`), the AMQP transport, SAS keys and entities declared in a config file.
 
 mod config;
 
@@ -10,8 +10,11 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use clap::Parser;
 use ironbus_core::auth::{Authorizer, Rights, SasPolicy, DEVELOPMENT_KEY, DEVELOPMENT_POLICY_NAME};
-use ironbus_core::{shutdown_signal, Broker, NamespaceLimits, Store, SystemClock, Transport};
+use ironbus_core::{
+    shutdown_signal, Broker, BrokerOptions, NamespaceLimits, Store, SystemClock, Transport,
+};
 use ironbus_store_memory::MemoryStore;
+use ironbus_store_rocksdb::{Durability, RocksOptions, RocksStore};
 use ironbus_transport_amqp::AmqpTransport;
 
 /// An Azure Service Bus compatible message broker.
@@ -21,12 +24,26 @@ struct Args {
     /// Where the AMQP listener binds (Service Bus SDKs in emulator mode use port 5672).
     #[arg(long, env = "IRONBUS_AMQP_ADDR", default_value = "127.0.0.1:5672")]
     amqp_addr: SocketAddr,
-    /// Storage engine: `memory` (not durable; RocksDB arrives with its own issue).
-    #[arg(long, env = "IRONBUS_STORE", default_value = "memory")]
-    store: String,
-    /// Data directory of durable stores.
+    /// Storage engine: `rocksdb` (durable: a send is acknowledged once synced to disk) or
+    /// `memory` (nothing survives a restart).
+    #[arg(long, env = "IRONBUS_STORE", value_enum, default_value_t = StoreKind::Rocksdb)]
+    store: StoreKind,
+    /// Data directory of durable stores (store `i` lives in `<data-dir>/store-<i>`).
     #[arg(long, env = "IRONBUS_DATA_DIR", default_value = "./data")]
     data_dir: PathBuf,
+    /// Number of store instances the partitions are spread over. One store's failure makes
+    /// only its partitions unavailable; each has its own write-ahead log (put the directories
+    /// on different disks with symlinks). Fixed once the data directory exists.
+    #[arg(long, env = "IRONBUS_STORES", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    stores: u16,
+    /// `sync`: a write is acknowledged once the write-ahead log is synced (concurrent writes
+    /// share one sync). `relaxed`: once it is in the log, unsynced — survives the process being
+    /// killed, but not an operating-system crash or power loss.
+    #[arg(long, env = "IRONBUS_DURABILITY", value_enum, default_value_t = DurabilityArg::Sync)]
+    durability: DurabilityArg,
+    /// Message-body bytes (MiB) kept in memory; the rest are read from the store on delivery.
+    #[arg(long, env = "IRONBUS_BODY_CACHE_MB", default_value_t = 64)]
+    body_cache_mb: u64,
     /// Entities to declare at start-up, in the Service Bus emulator's config.json format.
     #[arg(long, env = "IRONBUS_CONFIG")]
     config: Option<PathBuf>,
@@ -40,6 +57,45 @@ struct Args {
     /// Most partitioned entities in the namespace.
     #[arg(long, env = "IRONBUS_MAX_PARTITIONED_ENTITIES", default_value_t = 100)]
     max_partitioned_entities: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StoreKind {
+    Rocksdb,
+    Memory,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DurabilityArg {
+    Sync,
+    Relaxed,
+}
+
+/// Opens the `--stores` store instances.
+fn open_stores(args: &Args) -> anyhow::Result<Vec<Arc<dyn Store>>> {
+    (0..args.stores)
+        .map(|i| -> anyhow::Result<Arc<dyn Store>> {
+            match args.store {
+                StoreKind::Memory => Ok(Arc::new(MemoryStore::new())),
+                StoreKind::Rocksdb => {
+                    let dir = args.data_dir.join(format!("store-{i}"));
+                    std::fs::create_dir_all(&dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
+                    let options = RocksOptions {
+                        durability: match args.durability {
+                            DurabilityArg::Sync => Durability::Sync,
+                            DurabilityArg::Relaxed => Durability::Relaxed,
+                        },
+                        ..RocksOptions::default()
+                    };
+                    let store = RocksStore::open(&dir, options).with_context(|| {
+                        format!("opening the RocksDB store in {}", dir.display())
+                    })?;
+                    Ok(Arc::new(store))
+                }
+            }
+        })
+        .collect()
 }
 
 #[tokio::main]
@@ -72,16 +128,30 @@ async fn main() -> anyhow::Result<()> {
         }
     };
 
-    let store: Arc<dyn Store> = match args.store.as_str() {
-        "memory" => Arc::new(MemoryStore::new()),
-        other => bail!("unknown store {other:?}: this build supports `memory`"),
+    let stores = open_stores(&args)?;
+    if args.store == StoreKind::Rocksdb && args.durability == DurabilityArg::Relaxed {
+        tracing::warn!(
+            "--durability relaxed: acknowledged messages survive a crash of ironbus, but not of \
+             the operating system or a power loss"
+        );
+    }
+    let options = BrokerOptions {
+        limits: NamespaceLimits {
+            max_entities: args.max_entities,
+            max_partitioned_entities: args.max_partitioned_entities,
+        },
+        body_cache_bytes: args.body_cache_mb << 20,
     };
-    let limits = NamespaceLimits {
-        max_entities: args.max_entities,
-        max_partitioned_entities: args.max_partitioned_entities,
-    };
-    let broker =
-        Broker::open(store, Arc::new(SystemClock), limits).await.context("opening the broker")?;
+    let started = std::time::Instant::now();
+    let broker = Broker::open_with(stores, Arc::new(SystemClock), options)
+        .await
+        .context("opening the broker")?;
+    let recovered = broker.recovered().await;
+    tracing::info!(
+        messages = recovered,
+        seconds = started.elapsed().as_secs_f64(),
+        "store opened and partitions recovered"
+    );
 
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path)
@@ -107,7 +177,7 @@ async fn main() -> anyhow::Result<()> {
         });
     }
     let shown_key = key.unwrap_or("<your --sas-key>");
-    tracing::info!(amqp = %amqp_addr, store = %args.store, "ironbus is listening");
+    tracing::info!(amqp = %amqp_addr, store = ?args.store, stores = args.stores, "ironbus is listening");
     #[allow(clippy::print_stdout, reason = "the connection string is for people to copy")]
     {
         println!(

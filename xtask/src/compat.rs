@@ -40,9 +40,9 @@ use serde_json::{json, Map, Value};
 use crate::workspace_root;
 
 /// The namespace the suites' connection string points at (the emulator's default name).
-const NAMESPACE: &str = "sbemulatorns";
+pub(crate) const NAMESPACE: &str = "sbemulatorns";
 /// The development key the server uses when started without `--sas-key`.
-const SAS_KEY: &str = "SAS_KEY_VALUE";
+pub(crate) const SAS_KEY: &str = "SAS_KEY_VALUE";
 /// Names an executable to run instead of building `ironbus` (a debug build, a stand-in); it gets
 /// the same arguments.
 const SERVER_ENV: &str = "IRONBUS_COMPAT_SERVER";
@@ -53,7 +53,7 @@ const SUITE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// How long the server may take to exit after SIGTERM before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Lines of the server log shown when something failed.
-const LOG_TAIL_LINES: usize = 80;
+pub(crate) const LOG_TAIL_LINES: usize = 80;
 
 /// A queue property value in the emulator's config format.
 #[derive(Debug, Clone, Copy)]
@@ -176,7 +176,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         prepare(suite)?;
     }
 
-    let work = WorkDir::create()?;
+    let work = WorkDir::create("compat")?;
     let config = work.path.join("config.json");
     let text = serde_json::to_string_pretty(&config_json()).context("encoding the config")?;
     fs::write(&config, text + "\n").with_context(|| format!("writing {}", config.display()))?;
@@ -190,7 +190,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         .arg(addr.to_string())
         .arg("--config")
         .arg(&config)
-        .args(["--store", "memory"]);
+        .args(["--store", "rocksdb", "--data-dir"])
+        .arg(work.path.join("data"));
     let mut server = Server::start(command, &log)?;
     server.wait_until_listening(addr, READY_TIMEOUT)?;
     let connection_string = connection_string(port);
@@ -277,30 +278,49 @@ fn prop_json(value: Prop) -> Value {
 
 /// Builds the server in release mode and returns the path of its executable.
 fn build_server() -> Result<PathBuf> {
-    let args = ["build", "--release", "-p", "ironbus", "--message-format=json-render-diagnostics"];
+    let mut binaries = build_release(&["ironbus"], &["ironbus"])?;
+    Ok(binaries.remove(0))
+}
+
+/// Builds `packages` in release mode and returns the paths of the executables `binaries`, in
+/// that order.
+pub(crate) fn build_release(packages: &[&str], binaries: &[&str]) -> Result<Vec<PathBuf>> {
+    let mut args = vec!["build", "--release"];
+    for package in packages {
+        args.extend(["-p", package]);
+    }
+    args.push("--message-format=json-render-diagnostics");
     eprintln!("$ cargo {}", args.join(" "));
     let output = crate::cargo()
-        .args(args)
+        .args(&args)
         .stderr(Stdio::inherit())
         .output()
-        .context("building the server: could not start cargo")?;
+        .context("building: could not start cargo")?;
     if !output.status.success() {
-        bail!("building the server failed ({})", output.status);
+        bail!("building {} failed ({})", packages.join(", "), output.status);
     }
-    // The last artifact of package `ironbus` that has an executable is the binary.
-    let mut binary = None;
+    // The last artifact of each binary target that has an executable is the binary.
+    let mut found: Vec<Option<PathBuf>> = vec![None; binaries.len()];
     for line in String::from_utf8_lossy(&output.stdout).lines() {
         let Ok(message) = serde_json::from_str::<Value>(line) else { continue };
-        let is_server = message["reason"] == "compiler-artifact"
-            && message["target"]["name"] == "ironbus"
+        let is_bin = message["reason"] == "compiler-artifact"
             && message["target"]["kind"]
                 .as_array()
                 .is_some_and(|kinds| kinds.contains(&"bin".into()));
-        if let (true, Some(path)) = (is_server, message["executable"].as_str()) {
-            binary = Some(PathBuf::from(path));
+        let (Some(name), Some(path)) =
+            (message["target"]["name"].as_str(), message["executable"].as_str())
+        else {
+            continue;
+        };
+        if let (true, Some(index)) = (is_bin, binaries.iter().position(|b| *b == name)) {
+            found[index] = Some(PathBuf::from(path));
         }
     }
-    binary.context("cargo built no `ironbus` executable")
+    binaries
+        .iter()
+        .zip(found)
+        .map(|(name, path)| path.with_context(|| format!("cargo built no `{name}` executable")))
+        .collect()
 }
 
 /// Installs a suite's SDK when it is missing or its lock file changed since the last install.
@@ -414,7 +434,7 @@ fn run_step(step: &str, dir: &Path, mut command: Command) -> Result<()> {
     Ok(())
 }
 
-fn shown(command: &Command) -> String {
+pub(crate) fn shown(command: &Command) -> String {
     let mut parts = vec![command.get_program().to_string_lossy().into_owned()];
     parts.extend(command.get_args().map(|arg| arg.to_string_lossy().into_owned()));
     parts.join(" ")
@@ -425,14 +445,14 @@ fn read(path: &Path) -> Result<String> {
 }
 
 /// A free TCP port on the loopback interface: bind port 0, read the port, close.
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .context("binding 127.0.0.1:0 for a free port")?;
     Ok(listener.local_addr().context("reading the bound address")?.port())
 }
 
 /// Waits for `child` to exit, at most `timeout`; kills it after that (`Ok(None)`).
-fn wait_at_most(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>> {
+pub(crate) fn wait_at_most(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>> {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(status) = child.try_wait().context("waiting for a child process")? {
@@ -450,14 +470,14 @@ fn wait_at_most(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatu
 
 /// The server process. Dropping it stops the process (SIGTERM, then SIGKILL).
 #[derive(Debug)]
-struct Server {
-    child: Option<Child>,
+pub(crate) struct Server {
+    pub(crate) child: Option<Child>,
     log: PathBuf,
 }
 
 impl Server {
     /// Starts `command` with stdout and stderr appended to `log`.
-    fn start(mut command: Command, log: &Path) -> Result<Server> {
+    pub(crate) fn start(mut command: Command, log: &Path) -> Result<Server> {
         let out = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone().context("sharing the log file")?;
         command.stdin(Stdio::null()).stdout(out).stderr(err);
@@ -469,7 +489,11 @@ impl Server {
 
     /// Waits until `addr` accepts TCP connections; fails if the process exits first or `timeout`
     /// passes, showing the log.
-    fn wait_until_listening(&mut self, addr: SocketAddr, timeout: Duration) -> Result<()> {
+    pub(crate) fn wait_until_listening(
+        &mut self,
+        addr: SocketAddr,
+        timeout: Duration,
+    ) -> Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.exited()? {
@@ -492,7 +516,7 @@ impl Server {
     }
 
     /// The exit status, if the process has exited.
-    fn exited(&mut self) -> Result<Option<ExitStatus>> {
+    pub(crate) fn exited(&mut self) -> Result<Option<ExitStatus>> {
         match &mut self.child {
             Some(child) => child.try_wait().context("checking on the server process"),
             None => Ok(None),
@@ -500,7 +524,7 @@ impl Server {
     }
 
     /// Stops the process: SIGTERM (graceful shutdown), then SIGKILL after [`STOP_TIMEOUT`].
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         let Some(mut child) = self.child.take() else { return };
         if let Ok(Some(_)) = child.try_wait() {
             return;
@@ -534,7 +558,7 @@ impl Drop for Server {
 }
 
 /// The last `lines` lines of the log, framed, for failure reports.
-fn log_tail(log: &Path, lines: usize) -> String {
+pub(crate) fn log_tail(log: &Path, lines: usize) -> String {
     let Ok(file) = fs::File::open(log) else {
         return format!("(no server log at {})", log.display());
     };
@@ -549,22 +573,24 @@ fn log_tail(log: &Path, lines: usize) -> String {
     )
 }
 
-/// A fresh directory under the system temp dir for the config and the server log.
+/// A fresh directory under the system temp dir for the config and the server log (and, for the
+/// crash test, the data directory).
 #[derive(Debug)]
-struct WorkDir {
-    path: PathBuf,
+pub(crate) struct WorkDir {
+    pub(crate) path: PathBuf,
 }
 
 impl WorkDir {
-    fn create() -> Result<WorkDir> {
+    /// `ironbus-<task>-<pid>-<nanos>` under the temp dir.
+    pub(crate) fn create(task: &str) -> Result<WorkDir> {
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-        let path = env::temp_dir().join(format!("ironbus-compat-{}-{nanos}", std::process::id()));
+        let path = env::temp_dir().join(format!("ironbus-{task}-{}-{nanos}", std::process::id()));
         fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
         Ok(WorkDir { path })
     }
 
     /// Removes the directory (after a successful run; failures keep it for inspection).
-    fn remove(self) {
+    pub(crate) fn remove(self) {
         let _ = fs::remove_dir_all(&self.path);
     }
 }

@@ -14,6 +14,7 @@
 mod bench;
 mod ci;
 mod compat;
+mod crash;
 #[cfg(test)]
 mod tidy;
 
@@ -33,10 +34,17 @@ tasks:
     ci                  check formatting, run clippy with -D warnings, run all tests
     bench core [ARGS]   run ironbus-core's throughput benchmark; ARGS go to the benchmark
     bench amqp [ARGS]   run the AMQP 1.0 load generator ironbus-bench; ARGS go to it (`--help`)
+    bench backlog [ARGS]
+                        1 M queued messages on RocksDB: RAM per message, recovery time, drain
+                        rate (--messages N, --size BYTES, --partitions N, --body-cache-mb N)
     compat [SUITE] [-- ARGS]
                         run the SDK compatibility suites (python, js, rust; default all) against a
                         fresh ironbus; ARGS go to the suite's runner; `compat config` prints
                         the generated entity config
+    crash [--cycles N] [--producers P] [--consumers C] [--seed S] [--store rocksdb|memory]
+          [--timeout SECONDS] [-- DRIVER-ARGS]
+                        the crash test: SIGKILL and restart the server N times (default 20)
+                        under load, then check that nothing acknowledged was lost or duplicated
     help                print this message
 ";
 
@@ -50,6 +58,7 @@ fn main() -> ExitCode {
         "ci" => ci::run(rest),
         "bench" => bench::run(rest),
         "compat" => compat::run(rest),
+        "crash" => crash::run(rest),
         "help" | "-h" | "--help" => {
             print_usage();
             Ok(())

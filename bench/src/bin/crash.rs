@@ -1,0 +1,530 @@
+//! `ironbus-crash`: the crash test's driver (`cargo xtask crash` runs it). Producers and
+//! consumers work one queue over AMQP 1.0 for the whole test, across server crashes, and at the
+//! end a ledger says whether anything acknowledged was lost, delivered twice, or made up.
+//!
+//! - Producers send durable messages with unique MessageIds (`p<producer>-<n>`); a send counts as
+//!   acknowledged only on an `Accepted` outcome. On any failure they reconnect with backoff and
+//!   send every unacknowledged message again with the same MessageId (the queue has duplicate
+//!   detection, so a retry of a stored message is dropped and still acknowledged).
+//! - Consumers receive in peek-lock mode and complete through `$management` (`completer`), a
+//!   completion counting only once the broker confirmed it.
+//! - Stop: a `stop` line on stdin (or end of input), `--stop-file` appearing, or `--duration`.
+//!   Producers then finish their unacknowledged sends; consumers drain until nothing arrived for
+//!   `--quiet` seconds with every consumer attached. The summary is one JSON line on stdout;
+//!   progress and errors go to stderr.
+//!
+//! Exit status: 0 when nothing was lost, duplicated or unknown; 1 otherwise, or when the driver
+//! could not finish (unacknowledged sends left, the queue never went quiet).
+
+#[path = "../cbs.rs"]
+mod cbs;
+#[path = "../crash/completer.rs"]
+mod completer;
+#[path = "../crash/consumer.rs"]
+mod consumer;
+#[path = "../endpoint.rs"]
+mod endpoint;
+#[path = "../crash/ledger.rs"]
+mod ledger;
+#[path = "../crash/producer.rs"]
+mod producer;
+
+use std::{
+    io::BufRead,
+    path::PathBuf,
+    process::ExitCode,
+    sync::{
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex, MutexGuard,
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{anyhow, Result};
+use clap::Parser;
+use serde::Serialize;
+use tokio::{sync::watch, task::JoinSet, time::sleep};
+
+use crate::{
+    consumer::Consumer,
+    endpoint::Endpoint,
+    ledger::{Ledger, Summary},
+    producer::Producer,
+};
+
+/// The crash test's driver: producers and consumers on one queue, across server crashes; prints
+/// a JSON verdict (acknowledged, completed, lost, duplicated, unknown) when told to stop.
+#[derive(Debug, Parser)]
+#[command(name = "ironbus-crash", version)]
+pub(crate) struct Options {
+    /// Broker URL (plain `amqp`); `amqp://USER:PASS@host:port` authenticates with SASL PLAIN
+    #[arg(long, default_value = "amqp://127.0.0.1:5672")]
+    pub url: String,
+
+    /// The queue; it needs duplicate detection (RequiresDuplicateDetection) for retries
+    #[arg(long, default_value = "crash")]
+    pub address: String,
+
+    /// Producer connections
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub producers: u32,
+
+    /// Consumer connections
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub consumers: u32,
+
+    /// Unacknowledged sends per producer
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub window: u32,
+
+    /// Link credit per consumer (and the largest completion batch)
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub credit: u32,
+
+    /// Body size in bytes
+    #[arg(long, default_value_t = 64, value_parser = parse_size)]
+    pub size: usize,
+
+    /// SASL PLAIN credentials (for ironbus: `RootManageSharedAccessKey:<key>`)
+    #[arg(long, value_name = "USER:PASS", conflicts_with = "cbs_key")]
+    pub sasl_plain: Option<String>,
+
+    /// SASL ANONYMOUS, then a `$cbs` put-token signed with this key of RootManageSharedAccessKey
+    #[arg(long, value_name = "KEY")]
+    pub cbs_key: Option<String>,
+
+    /// Stop when this file exists (instead of reading `stop` from stdin)
+    #[arg(long, value_name = "PATH")]
+    pub stop_file: Option<PathBuf>,
+
+    /// Stop after this many seconds (instead of reading `stop` from stdin)
+    #[arg(long, value_name = "SECONDS")]
+    pub duration: Option<u64>,
+
+    /// The drain ends after this many seconds without a delivery (longer than the queue's lock
+    /// duration, so that a completion the broker lost comes back before the verdict)
+    #[arg(long, value_name = "SECONDS", default_value_t = 12)]
+    pub quiet: u64,
+
+    /// After the stop, how long producers and the drain may take before the driver gives up
+    #[arg(long, value_name = "SECONDS", default_value_t = 180)]
+    pub finish_timeout: u64,
+
+    /// Seconds between progress lines on stderr (0: none)
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    pub progress: u64,
+
+    /// Log every reconnect and its cause on stderr
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+fn parse_size(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(size) if (1..=1 << 20).contains(&size) => Ok(size),
+        _ => Err(format!("`{text}` is not a body size from 1 to 1048576 bytes")),
+    }
+}
+
+/// Where the run is; every task watches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Producers send new messages; consumers consume.
+    Running,
+    /// Stop requested: producers only finish their unacknowledged sends.
+    Finishing,
+    /// Producers are done; consumers drain the queue.
+    Draining,
+    /// The queue stayed quiet: consumers detach.
+    Done,
+    /// Gave up: everyone stops.
+    Aborted,
+}
+
+/// What producers and consumers share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub options: Options,
+    /// This run's id, the first part of every MessageId.
+    pub run: String,
+    pub endpoint: Endpoint,
+    pub phase: watch::Sender<Phase>,
+    ledger: Mutex<Ledger>,
+    /// When a consumer last received something or (re)attached.
+    last_activity: Mutex<Instant>,
+    attached_consumers: AtomicUsize,
+    reconnects: AtomicU64,
+}
+
+impl Shared {
+    /// The ledger (a poisoned lock is taken over: the ledger's updates are single statements).
+    pub(crate) fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn touch(&self) {
+        *self.last_activity.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    fn quiet_for(&self) -> Duration {
+        self.last_activity.lock().unwrap_or_else(|p| p.into_inner()).elapsed()
+    }
+
+    /// A consumer attached; it counts as attached until the guard is dropped.
+    pub(crate) fn consumer_attached(&self) -> Attached<'_> {
+        self.attached_consumers.fetch_add(1, Ordering::SeqCst);
+        self.touch();
+        Attached(self)
+    }
+
+    pub(crate) fn note_reconnect(&self) {
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Resolves once `connection`'s event loop has stopped (the broker went away). fe2o3-amqp leaves
+/// outstanding outcomes pending when the socket dies, so this is watched beside them.
+pub(crate) async fn closed(connection: &fe2o3_amqp::connection::ConnectionHandle<()>) {
+    while !connection.is_closed() {
+        sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An attached consumer; dropping it (the connection ended) uncounts it.
+#[derive(Debug)]
+pub(crate) struct Attached<'a>(&'a Shared);
+
+impl Drop for Attached<'_> {
+    fn drop(&mut self) {
+        self.0.attached_consumers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Exponential backoff between reconnects: 50 ms doubling to 1 s.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    next: Duration,
+}
+
+const BACKOFF_FIRST: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff { next: BACKOFF_FIRST }
+    }
+}
+
+impl Backoff {
+    /// The next delay, doubling the one after.
+    pub(crate) fn step(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (self.next * 2).min(BACKOFF_MAX);
+        delay
+    }
+
+    pub(crate) async fn wait(&mut self) {
+        sleep(self.step()).await;
+    }
+
+    /// After a successful connection.
+    pub(crate) fn reset(&mut self) {
+        self.next = BACKOFF_FIRST;
+    }
+}
+
+/// An id for this run, different from earlier runs' (time and process id mixed; 8 hex digits).
+fn run_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos() as u64);
+    // splitmix64's finaliser, so that consecutive runs differ in every digit
+    let mut z = (nanos ^ (u64::from(std::process::id()) << 40)).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    format!("r{:08x}", (z ^ (z >> 31)) as u32)
+}
+
+/// The JSON line on stdout.
+#[derive(Debug, Serialize)]
+struct Report {
+    passed: bool,
+    #[serde(flatten)]
+    summary: Summary,
+    reconnects: u64,
+    seconds: f64,
+    /// Why the driver could not finish, if it could not.
+    error: Option<String>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let options = Options::parse();
+    let started = Instant::now();
+    let endpoint = match Endpoint::new(
+        &options.url,
+        options.sasl_plain.as_deref(),
+        options.cbs_key.as_deref(),
+    ) {
+        Ok(endpoint) => endpoint,
+        Err(err) => {
+            eprintln!("ironbus-crash: {err:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (phase, _) = watch::channel(Phase::Running);
+    let shared = Arc::new(Shared {
+        options,
+        run: run_id(),
+        endpoint,
+        phase,
+        ledger: Mutex::new(Ledger::default()),
+        last_activity: Mutex::new(Instant::now()),
+        attached_consumers: AtomicUsize::new(0),
+        reconnects: AtomicU64::new(0),
+    });
+    let error = execute(&shared).await.err().map(|err| format!("{err:#}"));
+    let summary = shared.ledger().summary();
+    let report = Report {
+        passed: summary.passed() && error.is_none(),
+        summary,
+        reconnects: shared.reconnects.load(Ordering::Relaxed),
+        seconds: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
+        error,
+    };
+    print(&report);
+    if let Some(error) = &report.error {
+        eprintln!("ironbus-crash: {error}");
+    }
+    if report.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+#[allow(clippy::print_stdout, reason = "the JSON line is this tool's output")]
+fn print(report: &Report) {
+    match serde_json::to_string(report) {
+        Ok(line) => println!("{line}"),
+        Err(err) => eprintln!("ironbus-crash: encoding the report: {err}"),
+    }
+}
+
+/// Runs producers and consumers until stopped and drained.
+async fn execute(shared: &Arc<Shared>) -> Result<()> {
+    let options = &shared.options;
+    eprintln!(
+        "ironbus-crash: run {}: {} producers and {} consumers on `{}` at {}",
+        shared.run,
+        options.producers,
+        options.consumers,
+        options.address,
+        shared.endpoint.shown_url()
+    );
+    let mut consumers = JoinSet::new();
+    for index in 0..options.consumers {
+        consumers.spawn(Consumer::new(index).run(Arc::clone(shared)));
+    }
+    let mut producers = JoinSet::new();
+    for index in 0..options.producers {
+        producers.spawn(Producer::new(&shared.run, index).run(Arc::clone(shared)));
+    }
+    let progress = tokio::spawn(report_progress(Arc::clone(shared)));
+
+    let outcome = finish(shared, &mut producers, &mut consumers).await;
+    if outcome.is_err() {
+        shared.phase.send_replace(Phase::Aborted);
+    }
+    // Consumers stop at Done or Aborted; give them a moment to detach.
+    let stopping = async {
+        while let Some(joined) = consumers.join_next().await {
+            match joined {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => eprintln!("ironbus-crash: consumer: {err:#}"),
+                Err(err) => eprintln!("ironbus-crash: a consumer task died: {err}"),
+            }
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(10), stopping).await.is_err() {
+        consumers.abort_all();
+    }
+    producers.abort_all();
+    progress.abort();
+    outcome
+}
+
+/// Waits for the stop, lets producers finish, drains, and moves the phase along.
+async fn finish(
+    shared: &Arc<Shared>,
+    producers: &mut JoinSet<Result<()>>,
+    consumers: &mut JoinSet<Result<()>>,
+) -> Result<()> {
+    let options = &shared.options;
+    tokio::select! {
+        stop = stop_requested(options) => stop?,
+        Some(joined) = producers.join_next() => {
+            return Err(task_failure("producer", Some(joined)));
+        }
+        Some(joined) = consumers.join_next() => {
+            return Err(task_failure("consumer", Some(joined)));
+        }
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(options.finish_timeout);
+    let (acknowledged, completed) = {
+        let ledger = shared.ledger();
+        (ledger.acknowledged(), ledger.completed())
+    };
+    eprintln!(
+        "ironbus-crash: stop requested ({acknowledged} acknowledged, {completed} completed); \
+         finishing unacknowledged sends"
+    );
+    shared.phase.send_replace(Phase::Finishing);
+    let producing = async {
+        while let Some(joined) = producers.join_next().await {
+            match joined {
+                Ok(Ok(())) => {}
+                other => return Err(task_failure("producer", Some(other))),
+            }
+        }
+        Ok(())
+    };
+    tokio::time::timeout_at(deadline, producing).await.map_err(|_| {
+        anyhow!(
+            "producers could not get every send acknowledged within {} s of the stop",
+            options.finish_timeout
+        )
+    })??;
+
+    eprintln!(
+        "ironbus-crash: every send acknowledged; draining until quiet for {} s",
+        options.quiet
+    );
+    shared.phase.send_replace(Phase::Draining);
+    let quiet = Duration::from_secs(options.quiet);
+    let consumer_count = usize::try_from(options.consumers).unwrap_or(usize::MAX);
+    loop {
+        if shared.attached_consumers.load(Ordering::SeqCst) >= consumer_count
+            && shared.quiet_for() >= quiet
+        {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(anyhow!(
+                "the queue did not stay quiet for {} s within {} s of the stop",
+                options.quiet,
+                options.finish_timeout
+            ));
+        }
+        tokio::select! {
+            () = sleep(Duration::from_millis(200)) => {}
+            Some(joined) = consumers.join_next() => {
+                return Err(task_failure("consumer", Some(joined)));
+            }
+        }
+    }
+    shared.phase.send_replace(Phase::Done);
+    Ok(())
+}
+
+/// Why a task ended before it should have.
+fn task_failure(
+    role: &str,
+    joined: Option<Result<Result<()>, tokio::task::JoinError>>,
+) -> anyhow::Error {
+    match joined {
+        Some(Ok(Ok(()))) | None => anyhow!("a {role} stopped early"),
+        Some(Ok(Err(err))) => err.context(format!("a {role} failed")),
+        Some(Err(err)) => anyhow!("a {role} task died: {err}"),
+    }
+}
+
+/// Resolves when the run should stop: `--duration`, `--stop-file`, or a `stop` line (or the end)
+/// of stdin.
+async fn stop_requested(options: &Options) -> Result<()> {
+    if let Some(seconds) = options.duration {
+        sleep(Duration::from_secs(seconds)).await;
+        return Ok(());
+    }
+    if let Some(path) = &options.stop_file {
+        while !path.exists() {
+            sleep(Duration::from_millis(200)).await;
+        }
+        return Ok(());
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("stdin".into())
+        .spawn(move || {
+            let stdin = std::io::stdin();
+            for line in stdin.lock().lines() {
+                match line {
+                    Ok(line) if line.trim() == "stop" => break,
+                    Ok(line) => {
+                        eprintln!("ironbus-crash: ignoring input `{line}` (expected `stop`)")
+                    }
+                    Err(_) => break,
+                }
+            }
+            let _ = tx.send(());
+        })
+        .map_err(|err| anyhow!("starting the stdin reader: {err}"))?;
+    // A dropped sender (the thread ended some other way) also means stop.
+    let _ = rx.await;
+    Ok(())
+}
+
+/// Prints a progress line every `--progress` seconds.
+async fn report_progress(shared: Arc<Shared>) {
+    let every = shared.options.progress;
+    if every == 0 {
+        return;
+    }
+    loop {
+        sleep(Duration::from_secs(every)).await;
+        let (acknowledged, completed) = {
+            let ledger = shared.ledger();
+            (ledger.acknowledged(), ledger.completed())
+        };
+        eprintln!(
+            "ironbus-crash: {:?}: {acknowledged} acknowledged, {completed} completed, {} reconnects",
+            *shared.phase.borrow(),
+            shared.reconnects.load(Ordering::Relaxed),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        Options::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_are_four_producers_and_four_consumers() {
+        let options = Options::try_parse_from(["ironbus-crash"]).unwrap();
+        assert_eq!((options.producers, options.consumers, options.credit), (4, 4, 50));
+        assert_eq!(options.address, "crash");
+    }
+
+    #[test]
+    fn bad_numbers_are_refused() {
+        assert!(Options::try_parse_from(["ironbus-crash", "--producers", "0"]).is_err());
+        assert!(Options::try_parse_from(["ironbus-crash", "--size", "0"]).is_err());
+        assert!(Options::try_parse_from(["ironbus-crash", "--size", "lots"]).is_err());
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap_and_resets() {
+        let mut backoff = Backoff::default();
+        let delays: Vec<u64> = (0..7).map(|_| backoff.step().as_millis() as u64).collect();
+        assert_eq!(delays, [50, 100, 200, 400, 800, 1000, 1000]);
+        backoff.reset();
+        assert_eq!(backoff.step(), BACKOFF_FIRST);
+    }
+}

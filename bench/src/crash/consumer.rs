@@ -1,0 +1,210 @@
+//! A crash-test consumer: a peek-lock receiver with manual credit; it takes what has arrived (up
+//! to the credit), completes the batch through `$management` and waits for the confirmation, then
+//! repeats. On any failure it reconnects with backoff; deliveries whose completion was not
+//! confirmed may come again, which is expected.
+//!
+//! Invariant: the ledger hears of every delivery before its completion is requested, and of a
+//! completion's confirmation only after the broker's answer.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::{bail, Context, Result};
+use fe2o3_amqp::{
+    link::receiver::CreditMode,
+    types::{
+        definitions::{ReceiverSettleMode, SenderSettleMode},
+        messaging::{Body, MessageId},
+        primitives::Value,
+    },
+    Receiver,
+};
+use tokio::time::timeout;
+
+use crate::{
+    completer::{Answer, Completer},
+    ledger::Delivery,
+    Phase, Shared,
+};
+
+/// How long attaching or a completion may take before the connection is considered dead.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long one wait for a delivery lasts before the phase is looked at again.
+const POLL: Duration = Duration::from_millis(250);
+
+#[derive(Debug)]
+pub(crate) struct Consumer {
+    index: u32,
+}
+
+impl Consumer {
+    pub(crate) fn new(index: u32) -> Consumer {
+        Consumer { index }
+    }
+
+    /// Receives and completes until the run is done (or aborted), reconnecting as needed.
+    pub(crate) async fn run(self, shared: Arc<Shared>) -> Result<()> {
+        let mut phase = shared.phase.subscribe();
+        let mut backoff = crate::Backoff::default();
+        let mut connection = 0u64;
+        loop {
+            match *phase.borrow_and_update() {
+                Phase::Done => return Ok(()),
+                Phase::Aborted => bail!("aborted"),
+                _ => {}
+            }
+            connection += 1;
+            let name = format!("crash-c{}-{connection}", self.index);
+            let outcome = self.connected(&shared, &name, &mut backoff).await;
+            match outcome {
+                Ok(()) => return Ok(()),
+                Err(err) => {
+                    shared.note_reconnect();
+                    if shared.options.verbose {
+                        eprintln!("ironbus-crash: {name}: {err:#}; reconnecting");
+                    }
+                    tokio::select! {
+                        () = backoff.wait() => {}
+                        _ = phase.wait_for(|p| matches!(p, Phase::Done | Phase::Aborted)) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// One connection's life. `Ok` when the run is done; `Err` on any failure.
+    async fn connected(
+        &self,
+        shared: &Shared,
+        name: &str,
+        backoff: &mut crate::Backoff,
+    ) -> Result<()> {
+        let options = &shared.options;
+        let mut link = timeout(REQUEST_TIMEOUT, shared.endpoint.connect(name, &options.address))
+            .await
+            .context("connecting timed out")??;
+        let mut receiver = timeout(
+            REQUEST_TIMEOUT,
+            Receiver::builder()
+                .name(format!("{name}-receiver"))
+                .source(options.address.clone())
+                .sender_settle_mode(SenderSettleMode::Unsettled)
+                .receiver_settle_mode(ReceiverSettleMode::First)
+                .credit_mode(CreditMode::Manual)
+                .attach(&mut link.session),
+        )
+        .await
+        .context("attaching timed out")?
+        .with_context(|| format!("attaching a receiver to {}", options.address))?;
+        let mut completer =
+            timeout(REQUEST_TIMEOUT, Completer::attach(&mut link.session, name, &options.address))
+                .await
+                .context("attaching the management links timed out")??;
+        receiver.set_credit(options.credit).await.context("granting credit")?;
+        let _attached = shared.consumer_attached();
+        backoff.reset();
+
+        let mut phase = shared.phase.subscribe();
+        let batch_limit = usize::try_from(options.credit).unwrap_or(usize::MAX);
+        let top_up_after = (options.credit / 2).max(1);
+        let mut used = 0u32;
+        loop {
+            if matches!(*phase.borrow_and_update(), Phase::Done | Phase::Aborted) {
+                break;
+            }
+            if link.connection.is_closed() {
+                bail!("the connection closed");
+            }
+            // The first delivery waits (briefly); the rest of the batch is what already arrived.
+            let mut batch = Vec::new();
+            let mut wait = POLL;
+            while batch.len() < batch_limit {
+                match timeout(wait, receiver.recv::<Body<Value>>()).await {
+                    Err(_elapsed) => break,
+                    Ok(delivery) => batch.push(delivery.context("receiving")?),
+                }
+                wait = Duration::ZERO;
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            shared.touch();
+
+            let mut tokens = Vec::with_capacity(batch.len());
+            let mut ids = Vec::with_capacity(batch.len());
+            {
+                let mut ledger = shared.ledger();
+                for delivery in &batch {
+                    let properties = delivery.message().properties.as_ref();
+                    let id = message_id(properties.and_then(|p| p.message_id.as_ref()));
+                    match ledger.deliver(id.as_deref()) {
+                        Delivery::AfterCompletion => eprintln!(
+                            "ironbus-crash: {name}: DUPLICATE: {} delivered after its completion \
+                             was confirmed",
+                            id.as_deref().unwrap_or("<none>")
+                        ),
+                        Delivery::Unknown => eprintln!(
+                            "ironbus-crash: {name}: UNKNOWN: {} was never sent",
+                            id.as_deref().unwrap_or("<none>")
+                        ),
+                        Delivery::First | Delivery::Redelivery => {}
+                    }
+                    let tag: &[u8] = delivery.delivery_tag().as_ref();
+                    let token: [u8; 16] = tag.try_into().ok().with_context(|| {
+                        format!("delivery tag of {} bytes is not a lock token", tag.len())
+                    })?;
+                    tokens.push(token);
+                    if let Some(id) = id {
+                        ledger.completion_requested(&id);
+                        ids.push(id);
+                    }
+                }
+            }
+            let answer = tokio::select! {
+                answer = timeout(REQUEST_TIMEOUT, completer.complete(&tokens)) => {
+                    answer.context("completion timed out")??
+                }
+                () = crate::closed(&link.connection) => {
+                    bail!("the connection closed awaiting a completion")
+                }
+            };
+            match answer {
+                Answer::Completed => {
+                    let mut ledger = shared.ledger();
+                    for id in &ids {
+                        ledger.completion_confirmed(id);
+                    }
+                }
+                Answer::Refused { status, description } => {
+                    // The broker settles a batch token by token and stops at the first failure:
+                    // with one token the refusal is definite; with more, which ones went through
+                    // is unknown, so they stay in doubt (their completion requested).
+                    if let [id] = ids.as_slice() {
+                        shared.ledger().completion_refused(id);
+                    }
+                    // Start over on a new connection, which lets the broker release the rest.
+                    bail!("completion of {} refused ({status:?}): {description}", ids.len());
+                }
+            }
+            shared.touch();
+            used += u32::try_from(batch.len()).unwrap_or(u32::MAX);
+            if used >= top_up_after {
+                receiver.set_credit(options.credit).await.context("topping up credit")?;
+                used = 0;
+            }
+        }
+        let closing = async {
+            let _ = receiver.detach().await;
+            link.close(name).await;
+        };
+        let _ = timeout(Duration::from_secs(5), closing).await;
+        Ok(())
+    }
+}
+
+/// The MessageId as text (`None` if absent).
+fn message_id(id: Option<&MessageId>) -> Option<String> {
+    match id? {
+        MessageId::String(text) => Some(text.clone()),
+        other => Some(format!("{other:?}")),
+    }
+}

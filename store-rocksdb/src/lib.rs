@@ -1,0 +1,63 @@
+//! ironbus-store-rocksdb: a [`Store`](ironbus_core::store::Store) on RocksDB, the broker's
+//! durable default.
+//!
+//! [`RocksStore`] keeps every key in one RocksDB database (one column family) in a directory of
+//! its own. Reads go straight to RocksDB; every write goes through one writer thread that
+//! commits concurrent batches together (group commit).
+//!
+//! # Durability
+//!
+//! With [`Durability::Sync`] (the default) a [`Store::write`] returns `Ok` only after its batch
+//! is in RocksDB's write-ahead log **and the log has been synced** (`fsync`/`fdatasync`): an
+//! acknowledged write survives a crash of the process, of the operating system and a power
+//! loss. On open, RocksDB replays the log (point-in-time recovery), so a torn tail left by a
+//! crash is cut at the last whole batch and never surfaces half a batch.
+//!
+//! [`Durability::Relaxed`] writes every batch to the log too, but does not sync it per write.
+//! An acknowledged write then survives the process being killed (the log is in the operating
+//! system's page cache), but **the last writes before an operating-system crash or a power loss
+//! may be lost** (never half a batch, never older data). A clean close syncs the log, so data
+//! survives a clean shutdown followed by a power loss. It is never the default: choose it only
+//! where losing the last moments of acknowledged messages is acceptable.
+//!
+//! # Group commit
+//!
+//! A sync costs about as much for one batch as for a thousand, so the store does not sync per
+//! caller. [`Store::write`] hands its batch to a dedicated writer thread over a channel and
+//! waits for the reply. The writer takes the first queued request, then everything else queued
+//! behind it (up to a few MiB), appends the batches in arrival order to one RocksDB write batch,
+//! writes it with one sync, and replies to every caller in the group. While a sync is under way
+//! the next group queues up, so the more partitions write at once, the more batches share each
+//! sync. Each caller's batch stays atomic and in order: it is one contiguous part of a group
+//! that RocksDB applies all-or-nothing. If the group's write fails, every caller in it gets the
+//! error and none of its operations is visible. [`RocksStore::commit_stats`] counts groups and
+//! batches.
+//!
+//! # Reads, ranges and health
+//!
+//! A write is visible to reads once it has returned `Ok` (read-your-writes); a scan reads one
+//! RocksDB iterator, an implicit snapshot, so it never sees half a batch. Point reads run on the
+//! calling task; scans run on Tokio's blocking pool so that long scans do not stall the async
+//! runtime.
+//!
+//! A [`BatchOp::DeleteRange`](ironbus_core::store::BatchOp::DeleteRange) becomes a RocksDB range
+//! deletion (one tombstone, whose keys compaction later drops, returning the space of settled
+//! messages). To give an empty `end` ("no upper bound") a real upper bound, every key is stored
+//! under a one-byte tag: the data keyspace ends where the next tag begins.
+//!
+//! I/O errors, and RocksDB's busy, timed-out and shutting-down errors, map to
+//! [`StoreErrorKind::Unavailable`](ironbus_core::store::StoreErrorKind::Unavailable) (retriable);
+//! corruption to `Corrupted`. After a failed write [`Store::health`] reports `Unavailable` until
+//! a later write succeeds.
+//!
+//! [`Store::write`]: ironbus_core::store::Store::write
+//! [`Store::health`]: ironbus_core::store::Store::health
+
+mod error;
+mod format;
+mod options;
+mod store;
+mod writer;
+
+pub use options::{Durability, RocksOptions};
+pub use store::{CommitStats, RocksStore};

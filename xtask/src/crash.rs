@@ -1,0 +1,525 @@
+//! `cargo xtask crash [--cycles N] [--producers P] [--consumers C] [--seed S]
+//! [--store rocksdb|memory] [--timeout SECONDS] [-- DRIVER-ARGS]`: the crash test (issue 4).
+//!
+//! Steps: build `ironbus` and the driver `ironbus-crash` (release); write a config with one
+//! partitioned queue `crash` with duplicate detection; start the server on a free port with a
+//! fresh data directory; start the driver (producers and consumers on `crash`); then `N` times:
+//! wait a random 0.5–3 s (seeded, the seed is printed), SIGKILL the server, restart it on the
+//! same data directory and port, and wait until it accepts connections. Finally tell the driver
+//! to stop (a `stop` line on its stdin): it finishes its unacknowledged sends, drains the queue
+//! and prints its verdict, which this task prints as `N cycles, M acknowledged, L lost, D
+//! duplicated` plus the JSON.
+//!
+//! Exits non-zero on any loss, duplicate or unknown message, when the driver fails, or after
+//! `--timeout` (default 600 s). A failure keeps the work directory (config, data, logs) and shows
+//! the tails of the logs.
+//!
+//! `IRONBUS_CRASH_SERVER=<executable>` and `IRONBUS_CRASH_DRIVER=<executable>` run those instead
+//! of building `ironbus` and `ironbus-crash` (a build made elsewhere, a stand-in).
+//!
+//! Invariants:
+//! - Neither the server nor the driver outlives the task ([`Server`] and [`Driver`] stop their
+//!   processes when dropped).
+//! - The same seed gives the same kill schedule.
+
+use std::{
+    env, fs,
+    io::{Read, Write},
+    net::{Ipv4Addr, SocketAddr},
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, Command, Stdio},
+    thread,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+use crate::compat::{self, Server, WorkDir, LOG_TAIL_LINES, NAMESPACE, SAS_KEY};
+
+/// The queue the driver works on.
+const QUEUE: &str = "crash";
+/// The queue's lock duration; the driver's drain waits longer than this without deliveries, so
+/// that a completion the broker lost makes the message come back before the verdict.
+const LOCK_DURATION_SECS: u64 = 10;
+/// Shortest and longest wait before each SIGKILL, in milliseconds.
+const KILL_AFTER_MS: (u64, u64) = (500, 3000);
+/// How long the server may take to accept connections after a (re)start (recovery included).
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Names an executable to run as the server instead of building `ironbus`.
+const SERVER_ENV: &str = "IRONBUS_CRASH_SERVER";
+/// Names an executable to run as the driver instead of building `ironbus-crash`.
+const DRIVER_ENV: &str = "IRONBUS_CRASH_DRIVER";
+
+const USAGE: &str = "usage: cargo xtask crash [--cycles N] [--producers P] [--consumers C] \
+                     [--seed S] [--store rocksdb|memory] [--timeout SECONDS] [-- DRIVER-ARGS]";
+
+/// The command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Options {
+    cycles: u32,
+    producers: u32,
+    consumers: u32,
+    seed: Option<u64>,
+    store: String,
+    timeout: Duration,
+    /// Extra arguments for `ironbus-crash`.
+    driver_args: Vec<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            cycles: 20,
+            producers: 4,
+            consumers: 4,
+            seed: None,
+            store: "rocksdb".to_owned(),
+            timeout: Duration::from_secs(600),
+            driver_args: Vec::new(),
+        }
+    }
+}
+
+fn parse(args: &[String]) -> Result<Options> {
+    let mut options = Options::default();
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        if arg == "--" {
+            options.driver_args = rest.cloned().collect();
+            break;
+        }
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => (flag, Some(value.to_owned())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = || -> Result<String> {
+            match &inline {
+                Some(value) => Ok(value.clone()),
+                None => rest.next().cloned().with_context(|| format!("{flag} needs a value")),
+            }
+        };
+        match flag {
+            "--cycles" => options.cycles = number(flag, &value()?, 0)?,
+            "--producers" => options.producers = number(flag, &value()?, 1)?,
+            "--consumers" => options.consumers = number(flag, &value()?, 1)?,
+            "--seed" => options.seed = Some(number(flag, &value()?, 0)?),
+            "--timeout" => options.timeout = Duration::from_secs(number(flag, &value()?, 1)?),
+            "--store" => {
+                let store = value()?;
+                if store != "rocksdb" && store != "memory" {
+                    bail!("--store must be rocksdb or memory, got `{store}`");
+                }
+                options.store = store;
+            }
+            "-h" | "--help" => bail!("{USAGE}"),
+            other => bail!("unknown argument `{other}`\n{USAGE}"),
+        }
+    }
+    Ok(options)
+}
+
+/// `text` as a number of at least `min`.
+fn number<T: std::str::FromStr + PartialOrd + From<u8> + Copy + std::fmt::Display>(
+    flag: &str,
+    text: &str,
+    min: u8,
+) -> Result<T> {
+    match text.parse::<T>() {
+        Ok(n) if n >= T::from(min) => Ok(n),
+        _ => bail!("{flag} needs a whole number of at least {min}, got `{text}`"),
+    }
+}
+
+pub(crate) fn run(args: &[String]) -> Result<()> {
+    let options = parse(args)?;
+    let started = Instant::now();
+    let deadline = started + options.timeout;
+    let seed = options.seed.unwrap_or_else(time_seed);
+    eprintln!("xtask: crash test seed {seed} (repeat the kill schedule with --seed {seed})");
+
+    let (server_binary, driver_binary) = binaries()?;
+    let (server_binary, driver_binary) = (&server_binary, &driver_binary);
+
+    let work = WorkDir::create("crash")?;
+    let config = work.path.join("config.json");
+    let text = serde_json::to_string_pretty(&config_json()).context("encoding the config")?;
+    fs::write(&config, text + "\n").with_context(|| format!("writing {}", config.display()))?;
+    let data = work.path.join("data");
+    let port = compat::free_port()?;
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let server_command = || {
+        let mut command = Command::new(server_binary);
+        command
+            .arg("--amqp-addr")
+            .arg(addr.to_string())
+            .args(["--store", &options.store])
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--config")
+            .arg(&config);
+        command
+    };
+
+    let outcome = (|| -> Result<Verdict> {
+        let mut log = server_log(&work.path, 0);
+        let mut server = Server::start(server_command(), &log)?;
+        server.wait_until_listening(addr, READY_TIMEOUT)?;
+        eprintln!("xtask: server listening on {addr}; work directory {}", work.path.display());
+
+        let driver_log = work.path.join("driver.log");
+        let mut driver = Driver::start(driver_binary, &options, port, &driver_log)?;
+        let mut rng = SplitMix64(seed);
+        let mut downtimes = Vec::new();
+        for cycle in 1..=options.cycles {
+            let delay = Duration::from_millis(rng.between(KILL_AFTER_MS.0, KILL_AFTER_MS.1));
+            sleep_until_or_deadline(delay, deadline, "waiting to kill the server")?;
+            if let Some(status) = driver.exited()? {
+                bail!("the driver exited during cycle {cycle} ({status})");
+            }
+            if let Some(status) = server.exited()? {
+                bail!("the server exited by itself during cycle {cycle} ({status})");
+            }
+            let killed_at = Instant::now();
+            kill(&mut server).with_context(|| format!("cycle {cycle}: killing the server"))?;
+            log = server_log(&work.path, cycle);
+            server = Server::start(server_command(), &log)?;
+            let ready = READY_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
+            server
+                .wait_until_listening(addr, ready)
+                .with_context(|| format!("cycle {cycle}: restarting the server"))?;
+            let down = killed_at.elapsed();
+            downtimes.push(down);
+            eprintln!(
+                "xtask: cycle {cycle}/{}: SIGKILL after {:.1} s, listening again after {:.2} s",
+                options.cycles,
+                delay.as_secs_f64(),
+                down.as_secs_f64()
+            );
+        }
+        // Some traffic on the last incarnation before stopping.
+        let delay = Duration::from_millis(rng.between(KILL_AFTER_MS.0, KILL_AFTER_MS.1));
+        sleep_until_or_deadline(delay, deadline, "running after the last restart")?;
+
+        eprintln!("xtask: telling the driver to stop; it finishes its sends and drains the queue");
+        let report = driver.stop(deadline)?;
+        if let Some(status) = server.exited()? {
+            bail!("the server exited during the drain ({status})");
+        }
+        server.stop();
+        Ok(Verdict { report, downtimes, server_log: log, driver_log })
+    })();
+
+    let verdict = match outcome {
+        Ok(verdict) => verdict,
+        Err(err) => {
+            show_logs(&work.path);
+            eprintln!("xtask: kept the work directory {}", work.path.display());
+            return Err(err.context("crash test failed"));
+        }
+    };
+    let report = &verdict.report;
+    let count = |key: &str| report[key].as_u64().unwrap_or(0);
+    let line = format!(
+        "{} cycles, {} acknowledged, {} lost, {} duplicated",
+        options.cycles,
+        count("acknowledged"),
+        count("lost"),
+        count("duplicated")
+    );
+    let longest_down = verdict.downtimes.iter().max().copied().unwrap_or_default();
+    eprintln!(
+        "xtask: crash test took {:.1} s (seed {seed}, store {}, longest restart {:.2} s)",
+        started.elapsed().as_secs_f64(),
+        options.store,
+        longest_down.as_secs_f64()
+    );
+    print_result(&line, report);
+    let passed = report["passed"] == true
+        && count("lost") == 0
+        && count("duplicated") == 0
+        && count("unknown") == 0;
+    if passed {
+        work.remove();
+        return Ok(());
+    }
+    eprintln!("{}", compat::log_tail(&verdict.driver_log, LOG_TAIL_LINES));
+    eprintln!("{}", compat::log_tail(&verdict.server_log, LOG_TAIL_LINES));
+    eprintln!("xtask: kept the work directory {}", work.path.display());
+    bail!(
+        "crash test failed: {} lost, {} duplicated, {} unknown{}",
+        count("lost"),
+        count("duplicated"),
+        count("unknown"),
+        report["error"].as_str().map(|e| format!(" (driver: {e})")).unwrap_or_default()
+    )
+}
+
+#[allow(clippy::print_stdout, reason = "the verdict is this task's output")]
+fn print_result(line: &str, report: &Value) {
+    println!("{line}");
+    println!("{report}");
+}
+
+/// The server's and the driver's executables: built, unless the environment names them.
+fn binaries() -> Result<(PathBuf, PathBuf)> {
+    let given = |variable: &str| {
+        let path = env::var_os(variable).map(PathBuf::from)?;
+        eprintln!("xtask: {variable} is set: running {}", path.display());
+        Some(path)
+    };
+    let (server, driver) = (given(SERVER_ENV), given(DRIVER_ENV));
+    let mut wanted = Vec::new();
+    if server.is_none() {
+        wanted.push(("ironbus", "ironbus"));
+    }
+    if driver.is_none() {
+        wanted.push(("ironbus-bench", "ironbus-crash"));
+    }
+    let mut built = match wanted.is_empty() {
+        true => Vec::new(),
+        false => {
+            let packages: Vec<&str> = wanted.iter().map(|(package, _)| *package).collect();
+            let names: Vec<&str> = wanted.iter().map(|(_, binary)| *binary).collect();
+            compat::build_release(&packages, &names)?
+        }
+    }
+    .into_iter();
+    let server = match server {
+        Some(path) => path,
+        None => built.next().context("no server executable was built")?,
+    };
+    let driver = match driver {
+        Some(path) => path,
+        None => built.next().context("no driver executable was built")?,
+    };
+    Ok((server, driver))
+}
+
+/// What a finished run produced.
+#[derive(Debug)]
+struct Verdict {
+    report: Value,
+    downtimes: Vec<Duration>,
+    server_log: PathBuf,
+    driver_log: PathBuf,
+}
+
+/// The log of the server's `incarnation`-th start.
+fn server_log(work: &Path, incarnation: u32) -> PathBuf {
+    work.join(format!("ironbus-{incarnation}.log"))
+}
+
+/// Shows the driver's and the latest server log's tails after a failure.
+fn show_logs(work: &Path) {
+    eprintln!("{}", compat::log_tail(&work.join("driver.log"), LOG_TAIL_LINES));
+    let latest = (0..=u32::MAX).map(|i| server_log(work, i)).take_while(|p| p.exists()).last();
+    if let Some(log) = latest {
+        eprintln!("{}", compat::log_tail(&log, LOG_TAIL_LINES));
+    }
+}
+
+/// SIGKILLs the server (`Child::kill` sends SIGKILL on Unix) and waits for it to exit.
+fn kill(server: &mut Server) -> Result<()> {
+    let Some(mut child) = server.child.take() else { bail!("the server is not running") };
+    child.kill().context("sending SIGKILL")?;
+    child.wait().context("waiting for the killed server")?;
+    Ok(())
+}
+
+fn sleep_until_or_deadline(delay: Duration, deadline: Instant, what: &str) -> Result<()> {
+    if Instant::now() + delay > deadline {
+        bail!("timed out ({what})");
+    }
+    thread::sleep(delay);
+    Ok(())
+}
+
+/// The emulator-format config: one queue, partitioned, with duplicate detection whose window
+/// outlasts the test, a short lock and a delivery limit no crash pattern reaches.
+fn config_json() -> Value {
+    json!({
+        "UserConfig": {
+            "Namespaces": [{
+                "Name": NAMESPACE,
+                "Queues": [{
+                    "Name": QUEUE,
+                    "Properties": {
+                        "DeadLetteringOnMessageExpiration": false,
+                        "DefaultMessageTimeToLive": "PT2H",
+                        "DuplicateDetectionHistoryTimeWindow": "PT1H",
+                        "ForwardDeadLetteredMessagesTo": "",
+                        "ForwardTo": "",
+                        "LockDuration": format!("PT{LOCK_DURATION_SECS}S"),
+                        "MaxDeliveryCount": 1000,
+                        "RequiresDuplicateDetection": true,
+                        "RequiresSession": false,
+                        "EnablePartitioning": true,
+                        "PartitionCount": 4,
+                    },
+                }],
+                "Topics": [],
+            }],
+            "Logging": { "Type": "File" },
+        }
+    })
+}
+
+/// The driver process: stdin kept to tell it to stop, stdout collected by a thread, stderr in a
+/// log file. Dropping it kills the process if it still runs.
+#[derive(Debug)]
+struct Driver {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Option<thread::JoinHandle<String>>,
+}
+
+impl Driver {
+    fn start(binary: &Path, options: &Options, port: u16, log: &Path) -> Result<Driver> {
+        let mut command = Command::new(binary);
+        command
+            .arg("--url")
+            .arg(format!("amqp://127.0.0.1:{port}"))
+            .arg("--sasl-plain")
+            .arg(format!("RootManageSharedAccessKey:{SAS_KEY}"))
+            .args(["--address", QUEUE])
+            .arg("--producers")
+            .arg(options.producers.to_string())
+            .arg("--consumers")
+            .arg(options.consumers.to_string())
+            .arg("--quiet")
+            .arg((LOCK_DURATION_SECS + 2).to_string())
+            .args(&options.driver_args);
+        let err = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(err);
+        eprintln!("$ {} 2> {}", compat::shown(&command), log.display());
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("could not start `{}`", compat::shown(&command)))?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().map(|mut out| {
+            thread::spawn(move || {
+                let mut text = String::new();
+                let _ = out.read_to_string(&mut text);
+                text
+            })
+        });
+        Ok(Driver { child, stdin, stdout })
+    }
+
+    fn exited(&mut self) -> Result<Option<std::process::ExitStatus>> {
+        self.child.try_wait().context("checking on the driver")
+    }
+
+    /// Sends `stop`, waits for the driver to exit (until `deadline`) and returns its JSON verdict.
+    fn stop(&mut self, deadline: Instant) -> Result<Value> {
+        if let Some(mut stdin) = self.stdin.take() {
+            writeln!(stdin, "stop").context("telling the driver to stop")?;
+            // Dropping stdin closes it: also a stop for the driver.
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let status = compat::wait_at_most(&mut self.child, remaining)?
+            .context("timed out waiting for the driver's verdict")?;
+        let output = match self.stdout.take() {
+            Some(reader) => reader.join().unwrap_or_default(),
+            None => String::new(),
+        };
+        let last = output.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or_default();
+        let report: Value = serde_json::from_str(last).with_context(|| {
+            format!("the driver ({status}) printed no JSON verdict; its output: {output:?}")
+        })?;
+        if !report.is_object() {
+            bail!("the driver's verdict is not a JSON object: {last}");
+        }
+        Ok(report)
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// splitmix64: a small seeded generator, enough for a kill schedule.
+#[derive(Debug)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `low..=high`.
+    fn between(&mut self, low: u64, high: u64) -> u64 {
+        low + self.next() % (high - low + 1)
+    }
+}
+
+fn time_seed() -> u64 {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    SplitMix64(now.as_nanos() as u64 ^ u64::from(std::process::id())).next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn defaults_are_twenty_cycles_on_rocksdb() {
+        let options = parse(&[]).unwrap();
+        assert_eq!(options, Options::default());
+        assert_eq!((options.cycles, options.producers, options.consumers), (20, 4, 4));
+        assert_eq!(options.store, "rocksdb");
+    }
+
+    #[test]
+    fn flags_are_parsed_with_spaces_or_equals() {
+        let options = parse(&args(
+            "--cycles 3 --producers=2 --consumers 1 --seed 42 --store memory -- --verbose",
+        ))
+        .unwrap();
+        assert_eq!((options.cycles, options.producers, options.consumers), (3, 2, 1));
+        assert_eq!((options.seed, options.store.as_str()), (Some(42), "memory"));
+        assert_eq!(options.driver_args, ["--verbose"]);
+    }
+
+    #[test]
+    fn bad_arguments_are_refused_clearly() {
+        for bad in ["--cycles", "--cycles x", "--producers 0", "--store ram", "--what 1"] {
+            assert!(parse(&args(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn kill_schedule_is_seeded_and_in_range() {
+        let schedule = |seed| {
+            let mut rng = SplitMix64(seed);
+            (0..100).map(|_| rng.between(500, 3000)).collect::<Vec<_>>()
+        };
+        assert_eq!(schedule(7), schedule(7));
+        assert_ne!(schedule(7), schedule(8));
+        assert!(schedule(7).iter().all(|ms| (500..=3000).contains(ms)));
+    }
+
+    #[test]
+    fn config_declares_a_deduplicating_partitioned_queue() {
+        let config = config_json();
+        let queue = &config["UserConfig"]["Namespaces"][0]["Queues"][0];
+        assert_eq!(queue["Name"], QUEUE);
+        assert_eq!(queue["Properties"]["RequiresDuplicateDetection"], true);
+        assert_eq!(queue["Properties"]["EnablePartitioning"], true);
+    }
+}
