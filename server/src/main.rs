@@ -2,6 +2,7 @@
 //! chosen store, the AMQP transport, SAS keys and entities declared in a config file.
 
 mod config;
+mod http;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,6 +41,8 @@ struct Args {
     /// Most partitioned entities in the namespace.
     #[arg(long, env = "IRONBUS_MAX_PARTITIONED_ENTITIES", default_value_t = 100)]
     max_partitioned_entities: usize,
+    #[command(flatten)]
+    http: http::HttpArgs,
 }
 
 #[tokio::main]
@@ -50,6 +53,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
+    let metrics = http::install_metrics()?;
 
     let (authorizer, key) = match &args.sas_key {
         Some(key) => {
@@ -57,11 +61,11 @@ async fn main() -> anyhow::Result<()> {
             (Authorizer::new(vec![policy]).context("--sas-key")?, None)
         }
         None => {
-            if !args.amqp_addr.ip().is_loopback() {
+            let addrs = std::iter::once(args.amqp_addr).chain(args.http.addrs()?);
+            if let Some(addr) = addrs.into_iter().find(|addr| !addr.ip().is_loopback()) {
                 bail!(
-                    "refusing to listen on {} with the public development key: set --sas-key \
-                     (or IRONBUS_SAS_KEY) to serve a non-loopback address",
-                    args.amqp_addr
+                    "refusing to listen on {addr} with the public development key: set --sas-key \
+                     (or IRONBUS_SAS_KEY) to serve a non-loopback address"
                 );
             }
             tracing::warn!(
@@ -76,6 +80,7 @@ async fn main() -> anyhow::Result<()> {
         "memory" => Arc::new(MemoryStore::new()),
         other => bail!("unknown store {other:?}: this build supports `memory`"),
     };
+    let (store, faults) = args.http.wrap_store(store);
     let limits = NamespaceLimits {
         max_entities: args.max_entities,
         max_partitioned_entities: args.max_partitioned_entities,
@@ -91,11 +96,17 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(declared = queues.len(), created, "entities from {}", path.display());
     }
 
-    let amqp = AmqpTransport::bind(args.amqp_addr, Arc::new(authorizer))
+    let authorizer = Arc::new(authorizer);
+    let amqp = AmqpTransport::bind(args.amqp_addr, authorizer.clone())
         .await
         .with_context(|| format!("binding the AMQP listener on {}", args.amqp_addr))?;
     let amqp_addr = amqp.local_addr()?;
-    let transports: Vec<Box<dyn Transport>> = vec![Box::new(amqp)];
+    let mut transports: Vec<Box<dyn Transport>> = vec![Box::new(amqp)];
+    let http = http::bind(&args.http, &args.data_dir, authorizer, &broker, faults, metrics).await?;
+    if let Some(http) = http {
+        tracing::info!(http = ?http.plain_addr(), https = ?http.tls_addr(), "http listening");
+        transports.push(Box::new(http));
+    }
 
     let (trigger, shutdown) = shutdown_signal();
     let mut serving = tokio::task::JoinSet::new();

@@ -135,13 +135,18 @@ impl App {
                 self.list_queues(parts, &path, &params).await
             }
             Route::Entity { name } => {
+                *operation = match parts.method.as_str() {
+                    "GET" => Operation::GetEntity,
+                    "DELETE" => Operation::DeleteEntity,
+                    _ => Operation::PutEntity,
+                };
                 self.authorize(parts, &path, Right::Manage)?;
                 self.entity(parts, body, &name, operation).await
             }
             Route::Send { entity } => {
-                self.authorize(parts, &path, Right::Send)?;
                 let batch = dataplane::is_batch(&parts.headers);
                 *operation = if batch { Operation::SendBatch } else { Operation::Send };
+                self.authorize(parts, &path, Right::Send)?;
                 let body = self.read_body(body).await?;
                 let messages = if batch {
                     dataplane::batch_messages(&body)?
