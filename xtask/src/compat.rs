@@ -7,9 +7,11 @@
 //!
 //! Steps: build `ironbus` (release); install the SDKs if missing (`compat/python/.venv`,
 //! `compat/js/node_modules`) and build `compat/rust`; generate the emulator-format `config.json`
-//! with every queue the suites use; start the server on a free port, its output in a log file;
-//! wait until the port accepts connections; run each suite with `IRONBUS_CONNECTION_STRING` set;
-//! stop the server. A failure prints the tail of the server log and leaves the work directory
+//! with every queue the suites use; start the server on free ports (AMQP, plain HTTP, HTTPS with
+//! its development CA, testing fault injection on), its output in a log file; wait until the ports
+//! accept connections; run each suite with `IRONBUS_CONNECTION_STRING`,
+//! `IRONBUS_ADMIN_CONNECTION_STRING`, `IRONBUS_HTTP_URL`, `IRONBUS_CA_CERT` and
+//! `NODE_EXTRA_CA_CERTS` set; stop the server. A failure prints the tail of the server log and leaves the work directory
 //! (config + log) in place.
 //!
 //! `IRONBUS_COMPAT_SERVER=<executable>` runs that instead of building `ironbus`.
