@@ -136,3 +136,22 @@ def test_limited_status_when_a_partition_is_unavailable(admin, http_url):
         assert time.monotonic() < deadline, "the partition never came back"
         time.sleep(0.2)
     admin.delete_queue(name)
+
+
+def test_admin_over_plain_http_with_the_emulator_workaround(http_url):
+    """Microsoft's emulator sample points the Python admin client at plain HTTP by overriding
+    its base URL; the token it signs still says ``https://``, which ironbus accepts."""
+    import os
+
+    from azure.servicebus.management import ServiceBusAdministrationClient
+
+    client = ServiceBusAdministrationClient.from_connection_string(
+        os.environ["IRONBUS_ADMIN_CONNECTION_STRING"]
+    )
+    client._impl._client._base_url = http_url  # noqa: SLF001 - the documented workaround
+    with client:
+        name = fresh("plain")
+        client.create_queue(name)
+        assert client.get_queue(name).name == name
+        assert name in [q.name for q in client.list_queues()]
+        client.delete_queue(name)

@@ -46,7 +46,7 @@ pub fn escape(text: &str) -> String {
 }
 
 /// Percent-encodes each segment of an entity path for a URL (keeping the `/` separators).
-fn url_path(name: &str) -> String {
+pub fn url_path(name: &str) -> String {
     use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
     const SEGMENT: &AsciiSet =
         &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');

@@ -174,9 +174,17 @@ impl App {
                 if !peek_lock {
                     return Ok(dataplane::message_response(StatusCode::OK, &received, None));
                 }
-                // The lock URI keeps the client's own spelling of the entity path.
+                // The lock URI keeps the client's own spelling of the entity path when it can.
                 let raw = parts.uri.path().trim_end_matches('/');
-                let prefix = &raw[..raw.len() - "/messages/head".len()];
+                let suffix = "/messages/head";
+                let prefix = match raw.len().checked_sub(suffix.len()) {
+                    Some(cut)
+                        if raw.is_char_boundary(cut) && raw[cut..].eq_ignore_ascii_case(suffix) =>
+                    {
+                        raw[..cut].to_owned()
+                    }
+                    _ => format!("/{}", atom::url_path(&entity)),
+                };
                 let location = received.lock.map(|lock| {
                     format!(
                         "{}{prefix}/messages/{}/{}",

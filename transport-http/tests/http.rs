@@ -573,3 +573,18 @@ async fn runtime_counts_and_limited_status_show_in_management_and_health() {
     assert_eq!(metrics.status, 200);
     assert!(metrics.header("content-type").unwrap().starts_with("text/plain"));
 }
+
+#[tokio::test]
+async fn lock_uris_are_absolute_and_callable_however_the_path_was_spelled() {
+    let s = start().await;
+    s.broker.create_queue("a/b", QueueDescription::default()).await.unwrap();
+    for path in ["/a%2Fb/messages/hea%64?timeout=5", "/A/B/Messages/Head/?timeout=5"] {
+        assert_eq!(s.call("POST", "/a/b/messages", &[], b"x").await.status, 201);
+        let r = s.call("POST", path, &[], b"").await;
+        assert_eq!(r.status, 201, "{path}: {}", r.text());
+        let location = r.header("location").unwrap();
+        let lock_path = location.strip_prefix(&format!("http://{}", s.addr)).unwrap().to_owned();
+        assert!(lock_path.to_ascii_lowercase().contains("/messages/"), "{location}");
+        assert_eq!(s.call("DELETE", &lock_path, &[], b"").await.status, 200, "{location}");
+    }
+}
