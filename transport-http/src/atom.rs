@@ -421,6 +421,9 @@ mod tests {
             assert_eq!(e.status.as_u16(), 400, "{body}");
             assert!(e.detail.contains(wants), "{body}: {}", e.detail);
         }
+        // Deep nesting (within the 4 MiB body limit) is refused, not a stack overflow.
+        let deep = format!("{}{}", "<a>".repeat(500_000), "</a>".repeat(500_000));
+        assert_eq!(parse_description(deep.as_bytes()).unwrap_err().status.as_u16(), 400);
         let bad_utf8 = parse_description(&[0xff, 0xfe, b'<']).unwrap_err();
         assert_eq!(bad_utf8.status.as_u16(), 400);
         for inner in [

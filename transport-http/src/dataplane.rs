@@ -321,7 +321,7 @@ pub fn broker_properties_json(received: &ReceivedMessage) -> String {
     let p = &received.message.properties;
     let b = &received.broker;
     let mut map = Map::new();
-    map.insert("DeliveryCount".into(), (b.delivery_count + 1).into());
+    map.insert("DeliveryCount".into(), b.delivery_count.saturating_add(1).into());
     map.insert("EnqueuedTimeUtc".into(), rfc1123(b.enqueued_time).into());
     map.insert("MessageId".into(), p.message_id.clone().unwrap_or_default().into());
     map.insert("SequenceNumber".into(), b.sequence_number.0.into());
@@ -409,7 +409,7 @@ pub fn receive_timeout(params: &[(String, String)]) -> Result<Duration, HttpErro
                 "timeout {value:?} is not a non-negative number of seconds"
             ))
         })?;
-    Ok(Duration::from_secs_f64(seconds).min(MAX_RECEIVE_TIMEOUT))
+    Ok(Duration::from_secs_f64(seconds.min(MAX_RECEIVE_TIMEOUT.as_secs_f64())))
 }
 
 /// Receives one message, waiting up to `timeout`. The receive runs on its own task, so a client
@@ -511,6 +511,7 @@ mod tests {
             "[1]",
             r#"{"Label":5}"#,
             r#"{"TimeToLive":-1}"#,
+            r#"{"TimeToLiveTimeSpan":"99999999999999999.00:00:00"}"#,
             r#"{"ScheduledEnqueueTimeUtc":"tomorrow"}"#,
             r#"{"SessionId":"a","PartitionKey":"b"}"#,
         ] {

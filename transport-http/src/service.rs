@@ -1,6 +1,7 @@
 //! The request handler: authorization, routing, management, health, metrics. One axum fallback
 //! handler serves everything (see [`routes`](crate::routes) for why).
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -9,6 +10,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, request::Parts, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use futures_util::FutureExt;
 use ironbus_core::auth::{AuthError, AuthErrorKind, Right};
 use ironbus_core::{Availability, Broker, QueueDescription, ReceiveMode};
 use serde_json::json;
@@ -45,7 +47,13 @@ async fn dispatch(State(app): State<App>, request: Request) -> Response {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
     let mut operation = Operation::Other;
-    let response = match app.handle(&parts, body, &mut operation).await {
+    // A panic would be a bug; the net turns it into a 500 instead of a dropped connection.
+    let handled = AssertUnwindSafe(app.handle(&parts, body, &mut operation)).catch_unwind().await;
+    let handled = handled.unwrap_or_else(|_| {
+        tracing::error!(path = parts.uri.path(), "request handler panicked");
+        Err(HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error"))
+    });
+    let response = match handled {
         Ok(response) => response,
         Err(error) => {
             if error.status.is_server_error() {

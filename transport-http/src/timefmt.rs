@@ -201,7 +201,8 @@ pub fn parse_time_span(text: &str) -> Option<Duration> {
     if m > 59 || !(0.0..60.0).contains(&s) {
         return None;
     }
-    Some(Duration::from_secs(days * 86_400 + h * 3600 + m * 60) + Duration::from_secs_f64(s))
+    let whole = days.checked_mul(86_400)?.checked_add(h.checked_mul(3600)?)?.checked_add(m * 60)?;
+    Some(Duration::from_secs(whole) + Duration::from_secs_f64(s))
 }
 
 #[cfg(test)]
@@ -262,5 +263,7 @@ mod tests {
         assert_eq!(parse_time_span("1.00:00:01.5"), Some(Duration::from_millis(86_401_500)));
         assert_eq!(parse_time_span("abc"), None);
         assert_eq!(parse_time_span("00:61:00"), None);
+        assert_eq!(parse_time_span("99999999999999999.00:00:00"), None);
+        assert_eq!(parse_time_span("1.99999999999999999999:00:00"), None);
     }
 }

@@ -417,6 +417,10 @@ async fn batches_and_receive_and_delete() {
     assert_eq!(r.status, 201);
     let r = s.call("DELETE", "/q/messages/head?timeout=5", &[], b"").await;
     assert_eq!(r.body, batch);
+    // A huge timeout is capped, not a panic.
+    assert_eq!(s.call("POST", "/q/messages", &[], b"z").await.status, 201);
+    let r = s.call("DELETE", "/q/messages/head?timeout=1e300", &[], b"").await;
+    assert_eq!(r.status, 200);
 }
 
 /// method, path, headers, body, expected status, expected text in the answer.
@@ -451,6 +455,7 @@ async fn data_plane_errors_have_their_status_codes() {
         ("POST", "/q/messages", vec![batch_type], b"[]".to_vec(), 400, "no messages"),
         ("POST", "/q/messages/head?timeout=abc", vec![], vec![], 400, "timeout"),
         ("DELETE", "/q/messages/head?timeout=-1", vec![], vec![], 400, "timeout"),
+        ("DELETE", "/q/messages/head?timeout=NaN", vec![], vec![], 400, "timeout"),
         ("POST", "/q/messages", vec![], vec![b'x'; 300 * 1024], 413, "exceeds"),
         ("PUT", "/newq", vec![], vec![b'<'; 300 * 1024], 413, "exceeds"),
         ("PUT", "/newq", vec![], b"<entry><content>".to_vec(), 400, "malformed XML"),
