@@ -1,5 +1,5 @@
 //! `ironbus`: the default server, assembled from the workspace's crates: the broker engine on the
-//! chosen store, the AMQP transport, SAS keys and entities declared in a config file.
+//! chosen store, the AMQP and HTTP transports, SAS keys and entities declared in a config file.
 
 mod config;
 mod http;
@@ -61,8 +61,8 @@ async fn main() -> anyhow::Result<()> {
             (Authorizer::new(vec![policy]).context("--sas-key")?, None)
         }
         None => {
-            let addrs = std::iter::once(args.amqp_addr).chain(args.http.addrs()?);
-            if let Some(addr) = addrs.into_iter().find(|addr| !addr.ip().is_loopback()) {
+            let mut addrs = std::iter::once(args.amqp_addr).chain(args.http.addrs()?);
+            if let Some(addr) = addrs.find(|addr| !addr.ip().is_loopback()) {
                 bail!(
                     "refusing to listen on {addr} with the public development key: set --sas-key \
                      (or IRONBUS_SAS_KEY) to serve a non-loopback address"
