@@ -48,3 +48,33 @@ def client(connection_string: str):
     """A client of its own for each test (the SDK opens one connection per sender/receiver)."""
     with ServiceBusClient.from_connection_string(connection_string) as sb_client:
         yield sb_client
+
+
+ADMIN_ENV_VAR = "IRONBUS_ADMIN_CONNECTION_STRING"
+HTTP_ENV_VAR = "IRONBUS_HTTP_URL"
+CA_ENV_VAR = "IRONBUS_CA_CERT"
+
+
+def _required(name: str) -> str:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        pytest.fail(f"{name} is not set: run the suite with `cargo xtask compat python`")
+    return value
+
+
+@pytest.fixture(scope="session")
+def http_url() -> str:
+    """The plain HTTP listener: REST data plane, /health, /metrics, the testing fault endpoint."""
+    return _required(HTTP_ENV_VAR).rstrip("/")
+
+
+@pytest.fixture
+def admin():
+    """The official admin client over the HTTPS listener, trusting ironbus's development CA."""
+    from azure.servicebus.management import ServiceBusAdministrationClient
+
+    client = ServiceBusAdministrationClient.from_connection_string(
+        _required(ADMIN_ENV_VAR), connection_verify=_required(CA_ENV_VAR)
+    )
+    with client:
+        yield client

@@ -439,6 +439,22 @@ impl Broker {
         Ok(queue_info(&self.entity(name)?.record()))
     }
 
+    /// The store key prefix under which one partition of a queue keeps all its records. For
+    /// tools that act on one partition's storage: fault injection in tests, diagnostics.
+    pub fn partition_key_prefix(&self, name: &str, partition: PartitionId) -> Result<bytes::Bytes> {
+        let entity = self.entity(name)?;
+        if entity.partition(partition).is_none() {
+            return Err(BrokerError::InvalidArgument {
+                field: "PartitionId",
+                reason: format!(
+                    "{name} has {} partitions, not {partition}",
+                    entity.partitions.len()
+                ),
+            });
+        }
+        Ok(keys::partition_prefix(entity.id, partition))
+    }
+
     /// Every queue, ordered by name, from `skip`, at most `top`.
     pub async fn list_queues(&self, skip: usize, top: usize) -> Result<Vec<QueueInfo>> {
         let mut records: Vec<EntityRecord> = self.entities().values().map(|e| e.record()).collect();

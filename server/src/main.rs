@@ -1,7 +1,9 @@
 //! `ironbus`: the default server, assembled from the workspace's crates: the broker engine on the
-//! chosen store (RocksDB by default, in `--data-dir`), the AMQP transport, SAS keys and entities declared in a config file.
+//! chosen store (RocksDB by default, in `--data-dir`), the AMQP and HTTP transports, SAS keys
+//! and entities declared in a config file.
 
 mod config;
+mod http;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -57,6 +59,8 @@ struct Args {
     /// Most partitioned entities in the namespace.
     #[arg(long, env = "IRONBUS_MAX_PARTITIONED_ENTITIES", default_value_t = 100)]
     max_partitioned_entities: usize,
+    #[command(flatten)]
+    http: http::HttpArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -106,6 +110,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
+    let metrics = http::install_metrics()?;
 
     let (authorizer, key) = match &args.sas_key {
         Some(key) => {
@@ -113,11 +118,11 @@ async fn main() -> anyhow::Result<()> {
             (Authorizer::new(vec![policy]).context("--sas-key")?, None)
         }
         None => {
-            if !args.amqp_addr.ip().is_loopback() {
+            let mut addrs = std::iter::once(args.amqp_addr).chain(args.http.addrs()?);
+            if let Some(addr) = addrs.find(|addr| !addr.ip().is_loopback()) {
                 bail!(
-                    "refusing to listen on {} with the public development key: set --sas-key \
-                     (or IRONBUS_SAS_KEY) to serve a non-loopback address",
-                    args.amqp_addr
+                    "refusing to listen on {addr} with the public development key: set --sas-key \
+                     (or IRONBUS_SAS_KEY) to serve a non-loopback address"
                 );
             }
             tracing::warn!(
@@ -129,6 +134,7 @@ async fn main() -> anyhow::Result<()> {
     };
 
     let stores = open_stores(&args)?;
+    let (stores, faults) = args.http.wrap_stores(stores);
     if args.store == StoreKind::Rocksdb && args.durability == DurabilityArg::Relaxed {
         tracing::warn!(
             "--durability relaxed: acknowledged messages survive a crash of ironbus, but not of \
@@ -161,11 +167,17 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(declared = queues.len(), created, "entities from {}", path.display());
     }
 
-    let amqp = AmqpTransport::bind(args.amqp_addr, Arc::new(authorizer))
+    let authorizer = Arc::new(authorizer);
+    let amqp = AmqpTransport::bind(args.amqp_addr, authorizer.clone())
         .await
         .with_context(|| format!("binding the AMQP listener on {}", args.amqp_addr))?;
     let amqp_addr = amqp.local_addr()?;
-    let transports: Vec<Box<dyn Transport>> = vec![Box::new(amqp)];
+    let mut transports: Vec<Box<dyn Transport>> = vec![Box::new(amqp)];
+    let http = http::bind(&args.http, &args.data_dir, authorizer, &broker, faults, metrics).await?;
+    if let Some(http) = http {
+        tracing::info!(http = ?http.plain_addr(), https = ?http.tls_addr(), "http listening");
+        transports.push(Box::new(http));
+    }
 
     let (trigger, shutdown) = shutdown_signal();
     let mut serving = tokio::task::JoinSet::new();

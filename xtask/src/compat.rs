@@ -7,9 +7,11 @@
 //!
 //! Steps: build `ironbus` (release); install the SDKs if missing (`compat/python/.venv`,
 //! `compat/js/node_modules`) and build `compat/rust`; generate the emulator-format `config.json`
-//! with every queue the suites use; start the server on a free port, its output in a log file;
-//! wait until the port accepts connections; run each suite with `IRONBUS_CONNECTION_STRING` set;
-//! stop the server. A failure prints the tail of the server log and leaves the work directory
+//! with every queue the suites use; start the server on free ports (AMQP, plain HTTP, HTTPS with
+//! its development CA, testing fault injection on), its output in a log file; wait until the ports
+//! accept connections; run each suite with `IRONBUS_CONNECTION_STRING`,
+//! `IRONBUS_ADMIN_CONNECTION_STRING`, `IRONBUS_HTTP_URL`, `IRONBUS_CA_CERT` and
+//! `NODE_EXTRA_CA_CERTS` set; stop the server. A failure prints the tail of the server log and leaves the work directory
 //! (config + log) in place.
 //!
 //! `IRONBUS_COMPAT_SERVER=<executable>` runs that instead of building `ironbus`.
@@ -99,11 +101,15 @@ const QUEUES: &[(&str, &[(&str, Prop)])] = &[
     ),
     ("wrong-key", &[]),
     ("oversize", &[("MaxMessageSizeInKilobytes", Prop::Int(256))]),
+    ("rest", &[("LockDuration", Prop::Str("PT10S"))]),
+    ("metrics", &[]),
 ];
 
 /// The Rust suite's queue (`compat/rust` reads `IRONBUS_RUST_QUEUE`, default `rust-q`); its tests
 /// share it and run one at a time.
 const RUST_QUEUE: &str = "rust-q";
+/// The queue of the Rust REST client test (`azure_messaging_servicebus`, `IRONBUS_RUST_REST_QUEUE`).
+const RUST_REST_QUEUE: &str = "rust-rest";
 
 /// Every property of the emulator's queue format, with the value a queue gets unless it says
 /// otherwise in [`QUEUES`].
@@ -183,24 +189,45 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let log = work.path.join("ironbus.log");
     let port = free_port()?;
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let http = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+    let https = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+    let data_dir = work.path.join("data");
 
     let mut command = Command::new(&binary);
     command
         .arg("--amqp-addr")
         .arg(addr.to_string())
+        .arg("--http-addr")
+        .arg(http.to_string())
+        .arg("--https-addr")
+        .arg(https.to_string())
+        .arg("--data-dir")
+        .arg(&data_dir)
+        // Lets the admin tests make a partition unavailable (POST /$ironbus/faults).
+        .arg("--testing-fault-injection")
         .arg("--config")
         .arg(&config)
         .args(["--store", "rocksdb", "--data-dir"])
         .arg(work.path.join("data"));
     let mut server = Server::start(command, &log)?;
-    server.wait_until_listening(addr, READY_TIMEOUT)?;
-    let connection_string = connection_string(port);
-    eprintln!("xtask: server listening on {addr}; log: {}", log.display());
+    for listening in [addr, http, https] {
+        server.wait_until_listening(listening, READY_TIMEOUT)?;
+    }
+    let target = Target {
+        connection_string: connection_string(port),
+        admin_connection_string: admin_connection_string(https.port()),
+        http_url: format!("http://{http}"),
+        ca_cert: data_dir.join("tls").join("ca.pem"),
+    };
+    eprintln!(
+        "xtask: server listening on {addr}, http {http}, https {https}; log: {}",
+        log.display()
+    );
 
     let mut failed = Vec::new();
     for suite in &suites {
         eprintln!("xtask: compat suite `{}`", suite.name);
-        match run_suite(suite, &connection_string, runner_args) {
+        match run_suite(suite, &target, runner_args) {
             Ok(true) => eprintln!("xtask: compat suite `{}` passed", suite.name),
             Ok(false) => failed.push(suite.name),
             Err(err) => {
@@ -235,6 +262,29 @@ fn print_config() -> Result<()> {
     Ok(())
 }
 
+/// Where the suites find the server.
+#[derive(Debug)]
+struct Target {
+    /// AMQP, for the messaging clients (`IRONBUS_CONNECTION_STRING`).
+    connection_string: String,
+    /// The HTTPS port, for the admin clients (`IRONBUS_ADMIN_CONNECTION_STRING`).
+    admin_connection_string: String,
+    /// The plain HTTP listener: REST, /health, /metrics, faults (`IRONBUS_HTTP_URL`).
+    http_url: String,
+    /// The development CA the HTTPS listener's certificate chains to (`IRONBUS_CA_CERT`, and
+    /// `NODE_EXTRA_CA_CERTS` for node).
+    ca_cert: PathBuf,
+}
+
+/// The admin clients' connection string: `localhost` (the development certificate's name) and
+/// the HTTPS port; the admin SDKs always speak HTTPS.
+fn admin_connection_string(port: u16) -> String {
+    format!(
+        "Endpoint=sb://localhost:{port};SharedAccessKeyName=RootManageSharedAccessKey;\
+         SharedAccessKey={SAS_KEY}"
+    )
+}
+
 /// The connection string the suites use: the emulator's, with our port.
 fn connection_string(port: u16) -> String {
     format!(
@@ -260,6 +310,7 @@ fn config_json() -> Value {
         }
     }
     queues.push(queue(RUST_QUEUE.to_owned(), &[]));
+    queues.push(queue(RUST_REST_QUEUE.to_owned(), &[]));
     json!({
         "UserConfig": {
             "Namespaces": [{ "Name": NAMESPACE, "Queues": queues, "Topics": [] }],
@@ -382,7 +433,7 @@ fn venv_python(dir: &Path) -> PathBuf {
 }
 
 /// Runs one suite; `Ok(false)` when its tests failed.
-fn run_suite(suite: &Suite, connection_string: &str, runner_args: &[String]) -> Result<bool> {
+fn run_suite(suite: &Suite, target: &Target, runner_args: &[String]) -> Result<bool> {
     let dir = workspace_root().join(suite.dir);
     let mut command = match suite.name {
         "python" => {
@@ -404,7 +455,14 @@ fn run_suite(suite: &Suite, connection_string: &str, runner_args: &[String]) -> 
         }
         other => bail!("no runner for suite `{other}`"),
     };
-    command.args(runner_args).current_dir(&dir).env("IRONBUS_CONNECTION_STRING", connection_string);
+    command
+        .args(runner_args)
+        .current_dir(&dir)
+        .env("IRONBUS_CONNECTION_STRING", &target.connection_string)
+        .env("IRONBUS_ADMIN_CONNECTION_STRING", &target.admin_connection_string)
+        .env("IRONBUS_HTTP_URL", &target.http_url)
+        .env("IRONBUS_CA_CERT", &target.ca_cert)
+        .env("NODE_EXTRA_CA_CERTS", &target.ca_cert);
     eprintln!("$ (cd {}) {}", suite.dir, shown(&command));
     let mut child =
         command.spawn().with_context(|| format!("could not start `{}`", shown(&command)))?;
@@ -611,7 +669,7 @@ mod tests {
         assert_eq!(namespace["Name"], NAMESPACE);
         let queues = namespace["Queues"].as_array().unwrap();
         let prefixed = SUITES.iter().filter(|suite| suite.prefix.is_some()).count();
-        assert_eq!(queues.len(), QUEUES.len() * prefixed + 1);
+        assert_eq!(queues.len(), QUEUES.len() * prefixed + 2);
         assert!(queues.iter().any(|q| q["Name"] == RUST_QUEUE));
         let names: BTreeSet<&str> = queues.iter().map(|q| q["Name"].as_str().unwrap()).collect();
         assert_eq!(names.len(), queues.len(), "queue names are unique");

@@ -81,6 +81,54 @@ fn docs_exist() {
     assert!(missing.is_empty(), "missing at the workspace root: {}", missing.join(", "));
 }
 
+/// The metric catalogues, whose string constants name every metric ironbus emits.
+const METRIC_CATALOGUES: &[&str] = &["core/src/metrics.rs", "transport-http/src/metrics.rs"];
+/// The Grafana dashboard that ships in the repository.
+const DASHBOARD: &str = "deploy/grafana/ironbus.json";
+
+/// Every `"ironbus_…"` string literal in `text`.
+fn metric_names(text: &str) -> BTreeSet<String> {
+    text.split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| {
+            s.starts_with("ironbus_") && s.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn dashboard_queries_only_catalogued_metrics() {
+    let mut catalogued = BTreeSet::new();
+    for catalogue in METRIC_CATALOGUES {
+        catalogued
+            .extend(metric_names(&fs::read_to_string(workspace_root().join(catalogue)).unwrap()));
+    }
+    let dashboard: Value =
+        serde_json::from_str(&fs::read_to_string(workspace_root().join(DASHBOARD)).unwrap())
+            .expect("the dashboard is valid JSON");
+    let mut used = BTreeSet::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if word.starts_with("ironbus_") {
+                    // Histogram series carry suffixes the catalogue does not name.
+                    let base = ["_bucket", "_sum", "_count"]
+                        .iter()
+                        .find_map(|suffix| word.strip_suffix(suffix))
+                        .unwrap_or(word);
+                    used.insert(base.to_owned());
+                }
+            }
+        }
+    }
+    let unknown: Vec<_> = used.difference(&catalogued).collect();
+    assert!(unknown.is_empty(), "{DASHBOARD} queries metrics no catalogue lists: {unknown:?}");
+    assert!(used.len() >= 8, "the dashboard covers the catalogue: {used:?}");
+}
+
 // ---- the dependency graph, from `cargo metadata` ----
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -148,3 +148,19 @@ export async function timed(action) {
 export function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
+
+/** The admin client's connection string: the HTTPS listener (IRONBUS_ADMIN_CONNECTION_STRING). */
+export function adminConnectionString() {
+  const value = (process.env.IRONBUS_ADMIN_CONNECTION_STRING ?? "").trim();
+  if (!value) {
+    throw new Error("IRONBUS_ADMIN_CONNECTION_STRING is not set: run `cargo xtask compat js`");
+  }
+  return value;
+}
+
+/** The plain HTTP listener: REST, /health, /metrics, the testing fault endpoint. */
+export function httpUrl() {
+  const value = (process.env.IRONBUS_HTTP_URL ?? "").trim();
+  if (!value) throw new Error("IRONBUS_HTTP_URL is not set: run `cargo xtask compat js`");
+  return value.replace(/\/+$/, "");
+}

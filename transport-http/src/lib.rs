@@ -1,0 +1,245 @@
+//! ironbus-transport-http: Azure Service Bus's HTTP APIs, so the official admin clients and REST
+//! clients work against ironbus unmodified.
+//!
+//! - The REST data plane ([`dataplane`]): send, batch send, peek-lock, receive-and-delete,
+//!   unlock, complete, renew lock.
+//! - The ATOM management API ([`atom`]): queues' create / get / update / delete / list with
+//!   runtime counts, and `$namespaceinfo`.
+//! - Operator endpoints on the plain listener only: `/health` and `/metrics`, and, when the server
+//!   enables it for tests, a fault-injection endpoint.
+//!
+//! Every API request carries a SAS token in its `Authorization` header, checked with the core's
+//! [`Authorizer`] (the same rules as the AMQP transport's CBS).
+//!
+//! **Architecture Invariant:** protocol knowledge stays here; Service Bus semantics stay in the
+//! core. This crate depends on no workspace crate but `ironbus-core`, and on no metrics exporter:
+//! the server hands it a function that renders the exposition text.
+//!
+//! **Architecture Invariant:** bad input is answered with a 4xx status and a message (never a
+//! 5xx, which makes the Python SDK retry for minutes, and never a panic); 5xx means the broker
+//! itself cannot serve (a partition or store unavailable).
+
+pub mod atom;
+pub mod dataplane;
+pub mod error;
+pub mod metrics;
+pub mod routes;
+pub mod service;
+pub mod timefmt;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use ironbus_core::auth::Authorizer;
+use ironbus_core::transport::TransportError;
+use ironbus_core::{Broker, Shutdown, Timestamp, Transport};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+
+pub use crate::error::HttpError;
+pub use crate::service::{router, App, Listener};
+
+/// Renders the Prometheus exposition text for `/metrics`.
+pub type MetricsRender = Arc<dyn Fn() -> String + Send + Sync>;
+/// Makes a partition unavailable (`false`) or available again (`true`): `(entity, partition,
+/// available)`. Testing only.
+pub type FaultHook = Arc<dyn Fn(&str, u16, bool) -> Result<(), String> + Send + Sync>;
+
+/// The largest request body accepted unless configured otherwise: room for a batch of
+/// Standard-tier messages; larger bodies get 413.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// How long open connections get to finish after shutdown.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a TLS handshake may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the HTTP front end needs besides the broker.
+#[derive(Clone)]
+pub struct HttpConfig {
+    pub authorizer: Arc<Authorizer>,
+    /// The namespace name `$namespaceinfo` reports.
+    pub namespace: String,
+    /// When the namespace was created, as `$namespaceinfo` reports it.
+    pub started_at: Timestamp,
+    /// Request bodies over this many bytes are refused with 413.
+    pub max_body_bytes: usize,
+    /// Renders `/metrics`; without it `/metrics` is 404.
+    pub metrics: Option<MetricsRender>,
+    /// Enables `POST /$ironbus/faults` on the plain listener.
+    pub faults: Option<FaultHook>,
+}
+
+impl HttpConfig {
+    pub fn new(authorizer: Arc<Authorizer>) -> Self {
+        Self {
+            authorizer,
+            namespace: "ironbus".to_owned(),
+            started_at: Timestamp::from_millis(0),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            metrics: None,
+            faults: None,
+        }
+    }
+}
+
+impl fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpConfig")
+            .field("namespace", &self.namespace)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("metrics", &self.metrics.is_some())
+            .field("faults", &self.faults.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The HTTP front end: a plain listener, a TLS listener, or both, on one broker.
+pub struct HttpTransport {
+    plain: Option<TcpListener>,
+    tls: Option<(TcpListener, TlsAcceptor)>,
+    config: Arc<HttpConfig>,
+}
+
+impl fmt::Debug for HttpTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpTransport")
+            .field("plain", &self.plain_addr())
+            .field("tls", &self.tls_addr())
+            .finish()
+    }
+}
+
+impl HttpTransport {
+    /// Binds the listeners now, so the caller learns at once if an address is taken and the real
+    /// ports when it asked for port 0.
+    pub async fn bind(
+        plain: Option<SocketAddr>,
+        tls: Option<(SocketAddr, Arc<rustls::ServerConfig>)>,
+        config: HttpConfig,
+    ) -> std::io::Result<Self> {
+        let plain = match plain {
+            Some(addr) => Some(TcpListener::bind(addr).await?),
+            None => None,
+        };
+        let tls = match tls {
+            Some((addr, server_config)) => {
+                Some((TcpListener::bind(addr).await?, TlsAcceptor::from(server_config)))
+            }
+            None => None,
+        };
+        crate::metrics::describe();
+        Ok(Self { plain, tls, config: Arc::new(config) })
+    }
+
+    pub fn plain_addr(&self) -> Option<SocketAddr> {
+        self.plain.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+}
+
+#[async_trait]
+impl Transport for HttpTransport {
+    fn name(&self) -> &'static str {
+        "http"
+    }
+
+    async fn serve(
+        self: Box<Self>,
+        broker: Broker,
+        shutdown: Shutdown,
+    ) -> Result<(), TransportError> {
+        let mut listeners = tokio::task::JoinSet::new();
+        if let Some(listener) = self.plain {
+            let app = App {
+                broker: broker.clone(),
+                config: self.config.clone(),
+                listener: Listener::Plain,
+            };
+            listeners.spawn(accept_loop(listener, None, app, shutdown.clone()));
+        }
+        if let Some((listener, acceptor)) = self.tls {
+            let app = App { broker, config: self.config.clone(), listener: Listener::Tls };
+            listeners.spawn(accept_loop(listener, Some(acceptor), app, shutdown.clone()));
+        }
+        while listeners.join_next().await.is_some() {}
+        Ok(())
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    app: App,
+    mut shutdown: Shutdown,
+) {
+    let router = router(app);
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    connections.spawn(serve_connection(stream, tls.clone(), router.clone(), shutdown.clone()));
+                }
+                Err(e) => tracing::warn!(error = %e, "http accept failed"),
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            () = shutdown.wait() => break,
+        }
+    }
+    let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while connections.join_next().await.is_some() {}
+    });
+    if drained.await.is_err() {
+        connections.abort_all();
+    }
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    tls: Option<TlsAcceptor>,
+    router: axum::Router,
+    shutdown: Shutdown,
+) {
+    let _ = stream.set_nodelay(true);
+    match tls {
+        None => serve_io(TokioIo::new(stream), router, shutdown).await,
+        Some(acceptor) => {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => serve_io(TokioIo::new(stream), router, shutdown).await,
+                Ok(Err(e)) => tracing::debug!(error = %e, "tls handshake failed"),
+                Err(_) => tracing::debug!("tls handshake timed out"),
+            }
+        }
+    }
+}
+
+async fn serve_io<I>(io: TokioIo<I>, router: axum::Router, mut shutdown: Shutdown)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = TowerToHyperService::new(router);
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .serve_connection(io, service);
+    tokio::pin!(connection);
+    tokio::select! {
+        result = connection.as_mut() => {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "http connection ended with an error");
+            }
+        }
+        () = shutdown.wait() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
+}

@@ -1,0 +1,442 @@
+//! The request handler: authorization, routing, management, health, metrics. One axum fallback
+//! handler serves everything (see [`routes`](crate::routes) for why).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, request::Parts, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::FutureExt;
+use ironbus_core::auth::{AuthError, AuthErrorKind, Right};
+use ironbus_core::{Availability, Broker, QueueDescription, ReceiveMode};
+use serde_json::json;
+
+use crate::atom::{self, Described};
+use crate::dataplane;
+use crate::error::{HttpError, Plane};
+use crate::metrics as m;
+use crate::routes::{self, LockOp, Operation, Route};
+use crate::HttpConfig;
+
+/// Where a listener is: the scheme its clients use, and whether it serves the operator
+/// endpoints (`/health`, `/metrics`, faults), which only the plain listener does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    Plain,
+    Tls,
+}
+
+/// The state every request sees.
+#[derive(Debug, Clone)]
+pub struct App {
+    pub broker: Broker,
+    pub config: Arc<HttpConfig>,
+    pub listener: Listener,
+}
+
+/// The axum router of one listener.
+pub fn router(app: App) -> axum::Router {
+    axum::Router::new().fallback(dispatch).with_state(app)
+}
+
+async fn dispatch(State(app): State<App>, request: Request) -> Response {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let mut operation = Operation::Other;
+    // A panic would be a bug; the net turns it into a 500 instead of a dropped connection.
+    let handled = AssertUnwindSafe(app.handle(&parts, body, &mut operation)).catch_unwind().await;
+    let handled = handled.unwrap_or_else(|_| {
+        tracing::error!(path = parts.uri.path(), "request handler panicked");
+        Err(HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error"))
+    });
+    let response = match handled {
+        Ok(response) => response,
+        Err(error) => {
+            if error.status.is_server_error() {
+                tracing::warn!(path = parts.uri.path(), status = %error.status, detail = %error.detail, "request failed");
+            }
+            error.into_response()
+        }
+    };
+    let outcome = match response.status().as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    };
+    let op = operation.as_str();
+    metrics::counter!(m::REQUESTS_TOTAL, "operation" => op, "outcome" => outcome).increment(1);
+    metrics::histogram!(m::REQUEST_DURATION_SECONDS, "operation" => op)
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+fn xml(status: StatusCode, content_type: &'static str, body: String) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+fn empty(status: StatusCode) -> Response {
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = status;
+    response
+}
+
+impl App {
+    async fn handle(
+        &self,
+        parts: &Parts,
+        body: Body,
+        operation: &mut Operation,
+    ) -> Result<Response, HttpError> {
+        let path = routes::decode_path(parts.uri.path())?;
+        let params = routes::query_params(parts.uri.query());
+        let route = routes::route(&parts.method, &path, self.listener == Listener::Plain)?;
+        match route {
+            Route::Health => {
+                *operation = Operation::Health;
+                Ok(self.health().await)
+            }
+            Route::Metrics => {
+                *operation = Operation::Metrics;
+                match &self.config.metrics {
+                    Some(render) => {
+                        let mut response = render().into_response();
+                        response.headers_mut().insert(
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                        );
+                        Ok(response)
+                    }
+                    None => Err(HttpError::not_found("no metrics exporter is installed")),
+                }
+            }
+            Route::Fault => {
+                *operation = Operation::Fault;
+                self.fault(parts, &params)
+            }
+            Route::NotQueues => {
+                // Authenticate first, so an anonymous caller learns nothing.
+                self.authorize(parts, &path, Right::Manage)
+                    .or_else(|_| self.authorize(parts, &path, Right::Listen))?;
+                Err(HttpError::no_topics())
+            }
+            Route::NamespaceInfo => {
+                *operation = Operation::NamespaceInfo;
+                self.authorize(parts, &path, Right::Manage)?;
+                let body = atom::namespace_info(
+                    &self.base(parts),
+                    &self.config.namespace,
+                    self.config.started_at,
+                );
+                Ok(xml(StatusCode::OK, atom::ENTRY_CONTENT_TYPE, body))
+            }
+            Route::ListQueues => {
+                *operation = Operation::ListEntities;
+                self.authorize(parts, &path, Right::Manage)?;
+                self.list_queues(parts, &path, &params).await
+            }
+            Route::Entity { name } => {
+                *operation = match parts.method.as_str() {
+                    "GET" => Operation::GetEntity,
+                    "DELETE" => Operation::DeleteEntity,
+                    _ => Operation::PutEntity,
+                };
+                self.authorize(parts, &path, Right::Manage)?;
+                self.entity(parts, body, &name, operation).await
+            }
+            Route::Send { entity } => {
+                let batch = dataplane::is_batch(&parts.headers);
+                *operation = if batch { Operation::SendBatch } else { Operation::Send };
+                self.authorize(parts, &path, Right::Send)?;
+                let body = self.read_body(body).await?;
+                let messages = if batch {
+                    dataplane::batch_messages(&body)?
+                } else {
+                    vec![dataplane::single_message(&parts.headers, body)?]
+                };
+                self.broker
+                    .send(entity.as_str(), messages)
+                    .await
+                    .map_err(|e| HttpError::from_broker(e, Plane::Data))?;
+                Ok(empty(StatusCode::CREATED))
+            }
+            Route::Receive { entity, peek_lock } => {
+                *operation =
+                    if peek_lock { Operation::PeekLock } else { Operation::ReceiveAndDelete };
+                self.authorize(parts, &path, Right::Listen)?;
+                let timeout = dataplane::receive_timeout(&params)?;
+                let mode =
+                    if peek_lock { ReceiveMode::PeekLock } else { ReceiveMode::ReceiveAndDelete };
+                let Some(received) =
+                    dataplane::receive_one(&self.broker, &entity, mode, timeout).await?
+                else {
+                    return Ok(empty(StatusCode::NO_CONTENT));
+                };
+                if !peek_lock {
+                    return Ok(dataplane::message_response(StatusCode::OK, &received, None));
+                }
+                // The lock URI keeps the client's own spelling of the entity path when it can.
+                let raw = parts.uri.path().trim_end_matches('/');
+                let suffix = "/messages/head";
+                let prefix = match raw.len().checked_sub(suffix.len()) {
+                    Some(cut)
+                        if raw.is_char_boundary(cut) && raw[cut..].eq_ignore_ascii_case(suffix) =>
+                    {
+                        raw[..cut].to_owned()
+                    }
+                    _ => format!("/{}", atom::url_path(&entity)),
+                };
+                let location = received.lock.map(|lock| {
+                    format!(
+                        "{}{prefix}/messages/{}/{}",
+                        self.base(parts),
+                        received.sequence_number().0,
+                        lock.token
+                    )
+                });
+                Ok(dataplane::message_response(StatusCode::CREATED, &received, location))
+            }
+            Route::Lock { entity, op, token } => {
+                *operation = match op {
+                    LockOp::Unlock => Operation::Unlock,
+                    LockOp::Complete => Operation::Complete,
+                    LockOp::Renew => Operation::RenewLock,
+                };
+                self.authorize(parts, &path, Right::Listen)?;
+                let token = dataplane::lock_token(&token)?;
+                dataplane::lock_op(&self.broker, &entity, op, token).await?;
+                Ok(empty(StatusCode::OK))
+            }
+        }
+    }
+
+    /// `scheme://host[:port]` as the client addressed us.
+    fn base(&self, parts: &Parts) -> String {
+        let scheme = match self.listener {
+            Listener::Plain => "http",
+            Listener::Tls => "https",
+        };
+        let host = parts
+            .headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_graphic()))
+            .or(parts.uri.authority().map(|a| a.as_str()))
+            .unwrap_or("localhost");
+        format!("{scheme}://{host}")
+    }
+
+    /// Checks the `Authorization` header's SAS token for `right` on `path`. Every failure is 401
+    /// (http.md A.2), with the reason in the body.
+    fn authorize(&self, parts: &Parts, path: &str, right: Right) -> Result<(), HttpError> {
+        let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
+            return Err(HttpError::unauthorized(&AuthError::new(
+                AuthErrorKind::Malformed,
+                "the request has no Authorization header",
+            )));
+        };
+        let token = value.to_str().map_err(|_| {
+            HttpError::unauthorized(&AuthError::new(
+                AuthErrorKind::Malformed,
+                "the Authorization header is not ASCII text",
+            ))
+        })?;
+        let now = self.broker.clock().now();
+        let claim = self
+            .config
+            .authorizer
+            .verify_token(token.trim(), now)
+            .map_err(|e| HttpError::unauthorized(&e))?;
+        claim.check(path, right, now).map_err(|e| HttpError::unauthorized(&e))
+    }
+
+    /// The whole body, or 413 past the configured limit.
+    async fn read_body(&self, body: Body) -> Result<Bytes, HttpError> {
+        let limit = self.config.max_body_bytes;
+        axum::body::to_bytes(body, limit).await.map_err(|e| {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+                || e.to_string().contains("length limit");
+            if too_large {
+                HttpError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("the request body exceeds the limit of {limit} bytes"),
+                )
+            } else {
+                HttpError::bad_request(format!("could not read the request body: {e}"))
+            }
+        })
+    }
+
+    async fn entity(
+        &self,
+        parts: &Parts,
+        body: Body,
+        name: &str,
+        operation: &mut Operation,
+    ) -> Result<Response, HttpError> {
+        let management = |e| HttpError::from_broker(e, Plane::Management);
+        let base = self.base(parts);
+        match parts.method.as_str() {
+            "GET" => {
+                *operation = Operation::GetEntity;
+                let info = self.broker.get_queue(name).await.map_err(management)?;
+                let runtime = self.broker.get_queue_runtime(name).await.ok();
+                let body = atom::queue_entry(&base, &info, runtime.as_ref());
+                Ok(xml(StatusCode::OK, atom::ENTRY_CONTENT_TYPE, body))
+            }
+            "DELETE" => {
+                *operation = Operation::DeleteEntity;
+                self.broker.delete_queue(name).await.map_err(management)?;
+                // Python accepts only 200 here (a 204 raises).
+                Ok(xml(StatusCode::OK, atom::ENTRY_CONTENT_TYPE, String::new()))
+            }
+            _ => {
+                *operation = Operation::PutEntity;
+                let body = self.read_body(body).await?;
+                let (described, omitted) = atom::parse_description(&body)?;
+                let mut description = match described {
+                    Described::Queue(d) => d,
+                    Described::Other(_) => return Err(HttpError::no_topics()),
+                };
+                let (status, info) = if parts.headers.contains_key(header::IF_MATCH) {
+                    let current = self.broker.get_queue(name).await.map_err(management)?;
+                    keep_fixed(&mut description, &current.description, omitted);
+                    (StatusCode::OK, self.broker.update_queue(name, description).await)
+                } else {
+                    (StatusCode::CREATED, self.broker.create_queue(name, description).await)
+                };
+                let info = info.map_err(management)?;
+                let runtime = self.broker.get_queue_runtime(name).await.ok();
+                Ok(xml(
+                    status,
+                    atom::ENTRY_CONTENT_TYPE,
+                    atom::queue_entry(&base, &info, runtime.as_ref()),
+                ))
+            }
+        }
+    }
+
+    async fn list_queues(
+        &self,
+        parts: &Parts,
+        path: &str,
+        params: &[(String, String)],
+    ) -> Result<Response, HttpError> {
+        let number = |name: &str, default: usize| -> Result<usize, HttpError> {
+            match params.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)) {
+                None => Ok(default),
+                Some((_, v)) => v.parse().map_err(|_| {
+                    HttpError::bad_request(format!("{name} {v:?} is not a non-negative integer"))
+                }),
+            }
+        };
+        let skip = number("$skip", 0)?;
+        let top = number("$top", 100)?.min(1000);
+        let mut page = self
+            .broker
+            .list_queues(skip, top.saturating_add(1))
+            .await
+            .map_err(|e| HttpError::from_broker(e, Plane::Management))?;
+        let more = page.len() > top;
+        page.truncate(top);
+        let mut entries = Vec::with_capacity(page.len());
+        for info in page {
+            let runtime = self.broker.get_queue_runtime(&info.name).await.ok();
+            entries.push((info, runtime));
+        }
+        let now = self.broker.clock().now();
+        let body = atom::queue_feed(&self.base(parts), path, skip, top, &entries, more, now);
+        Ok(xml(StatusCode::OK, atom::FEED_CONTENT_TYPE, body))
+    }
+
+    /// 200 when every partition of every entity is available, else 503; the JSON body lists the
+    /// entities whose status is limited and their unavailable partitions.
+    async fn health(&self) -> Response {
+        let mut limited = Vec::new();
+        let mut entities = 0usize;
+        if let Ok(queues) = self.broker.list_queues(0, usize::MAX).await {
+            entities = queues.len();
+            for info in queues {
+                if let Ok(runtime) = self.broker.get_queue_runtime(&info.name).await {
+                    if runtime.availability == Availability::Limited {
+                        let partitions: Vec<u16> =
+                            runtime.unavailable_partitions.iter().map(|p| p.0).collect();
+                        limited.push(json!({
+                            "name": info.name,
+                            "status": "Limited",
+                            "unavailable_partitions": partitions,
+                        }));
+                    }
+                }
+            }
+        }
+        let status =
+            if limited.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+        let body = json!({
+            "status": if limited.is_empty() { "Available" } else { "Limited" },
+            "entities": entities,
+            "limited_entities": limited,
+        });
+        let mut response = (status, body.to_string()).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+    }
+
+    /// `POST /$ironbus/faults?entity=q&partition=0&available=false`: testing only, present when
+    /// the server was started with fault injection.
+    fn fault(&self, parts: &Parts, params: &[(String, String)]) -> Result<Response, HttpError> {
+        let Some(hook) = &self.config.faults else {
+            return Err(HttpError::not_found("fault injection is not enabled on this server"));
+        };
+        if parts.method != axum::http::Method::POST {
+            return Err(HttpError::new(StatusCode::METHOD_NOT_ALLOWED, "use POST"));
+        }
+        let get =
+            |name: &str| {
+                params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).ok_or_else(|| {
+                    HttpError::bad_request(format!("missing query parameter {name}"))
+                })
+            };
+        let entity = get("entity")?;
+        let partition: u16 = get("partition")?
+            .parse()
+            .map_err(|_| HttpError::bad_request("partition must be a number"))?;
+        let available = match get("available")? {
+            "true" => true,
+            "false" => false,
+            other => {
+                return Err(HttpError::bad_request(format!("available {other:?}: true or false")))
+            }
+        };
+        hook(entity, partition, available).map_err(HttpError::bad_request)?;
+        let body = json!({ "entity": entity, "partition": partition, "available": available });
+        Ok((StatusCode::OK, body.to_string()).into_response())
+    }
+}
+
+/// An update body that leaves out a property fixed at creation keeps the current value (Python
+/// and JS re-send what they read, but other clients send only what they change).
+fn keep_fixed(d: &mut QueueDescription, current: &QueueDescription, omitted: atom::Omitted) {
+    if omitted.enable_partitioning {
+        d.enable_partitioning = current.enable_partitioning;
+    }
+    if omitted.partition_count {
+        d.partition_count = current.partition_count;
+    }
+    if omitted.requires_session {
+        d.requires_session = current.requires_session;
+    }
+    if omitted.requires_duplicate_detection {
+        d.requires_duplicate_detection = current.requires_duplicate_detection;
+    }
+}
