@@ -335,8 +335,16 @@ fn build_server() -> Result<PathBuf> {
 
 /// Builds `packages` in release mode and returns the paths of the executables `binaries`, in
 /// that order.
+/// Builds `packages` and returns the executables of `binaries`: optimised, unless
+/// `IRONBUS_XTASK_PROFILE=dev` asks for the dev profile (CI does, so that RocksDB's C++ is
+/// compiled once, for the tests and the servers alike).
 pub(crate) fn build_release(packages: &[&str], binaries: &[&str]) -> Result<Vec<PathBuf>> {
-    let mut args = vec!["build", "--release"];
+    let mut args = vec!["build"];
+    match std::env::var("IRONBUS_XTASK_PROFILE").as_deref() {
+        Ok("dev") => {}
+        Ok("release") | Err(_) => args.push("--release"),
+        Ok(other) => bail!("IRONBUS_XTASK_PROFILE must be `dev` or `release`, not `{other}`"),
+    }
     for package in packages {
         args.extend(["-p", package]);
     }
