@@ -123,7 +123,8 @@ fn url_encode(text: &str) -> String {
     encoded
 }
 
-fn integer(value: &SimpleValue) -> Option<i64> {
+/// An AMQP integer of any width, as an i64 (status codes come typed differently by peers).
+pub(crate) fn integer(value: &SimpleValue) -> Option<i64> {
     match *value {
         SimpleValue::Ubyte(v) => Some(v.into()),
         SimpleValue::Ushort(v) => Some(v.into()),
