@@ -207,8 +207,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         .arg("--testing-fault-injection")
         .arg("--config")
         .arg(&config)
-        .args(["--store", "rocksdb", "--data-dir"])
-        .arg(work.path.join("data"));
+        .args(["--store", "rocksdb"]);
     let mut server = Server::start(command, &log)?;
     for listening in [addr, http, https] {
         server.wait_until_listening(listening, READY_TIMEOUT)?;
