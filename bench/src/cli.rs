@@ -50,6 +50,12 @@ pub(crate) struct Options {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub window: u32,
 
+    /// Peek-lock: accept at most this many messages in one disposition (consecutive deliveries
+    /// settle as one range). A consumer accepts what it holds whenever no further message is
+    /// waiting, so 1 accepts every message on its own
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub accept_batch: u32,
+
     /// Link credit per consumer, topped up when half of it is used
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub credit: u32,
@@ -124,6 +130,15 @@ mod tests {
     fn body_too_small_for_the_timestamp_is_refused() {
         assert!(Options::try_parse_from(["ironbus-bench", "--size", "8"]).is_err());
         assert!(Options::try_parse_from(["ironbus-bench", "--size", "16"]).is_ok());
+    }
+
+    #[test]
+    fn accepts_one_by_one_unless_told_to_batch() {
+        let options = Options::try_parse_from(["ironbus-bench"]).unwrap();
+        assert_eq!(options.accept_batch, 1);
+        let options = Options::try_parse_from(["ironbus-bench", "--accept-batch", "50"]).unwrap();
+        assert_eq!(options.accept_batch, 50);
+        assert!(Options::try_parse_from(["ironbus-bench", "--accept-batch", "0"]).is_err());
     }
 
     #[test]

@@ -7,13 +7,14 @@ use std::{
 
 use anyhow::{Context, Result};
 use fe2o3_amqp::{
-    link::receiver::CreditMode,
+    link::{delivery::DeliveryInfo, receiver::CreditMode},
     types::{
         definitions::{ReceiverSettleMode, SenderSettleMode},
         messaging::Data,
     },
     Receiver,
 };
+use futures_util::FutureExt;
 use tokio::sync::watch;
 
 use crate::{cli::Mode, endpoint::Link, payload, Phase, Run};
@@ -94,17 +95,32 @@ impl Consumer {
         let top_up_after = (credit / 2).max(1);
         let mut used = 0;
         let mut watcher = phase.subscribe();
+        // Received, not yet accepted (peek-lock): accepted together, as ranges.
+        let batch = run.options.accept_batch as usize;
+        let mut unaccepted: Vec<DeliveryInfo> = Vec::with_capacity(batch);
         loop {
             if *watcher.borrow_and_update() != Phase::Running {
-                return Ok(());
+                return self.accept(&mut unaccepted).await;
             }
-            let delivery = tokio::select! {
-                delivery = self.receiver.recv::<Data>() => delivery.context("receiving")?,
-                _ = watcher.changed() => continue,
+            // A message that is already waiting is taken at once; before waiting for the next,
+            // the consumer accepts what it holds.
+            let waiting = self.receiver.recv::<Data>().now_or_never();
+            let delivery = match waiting {
+                Some(delivery) => delivery.context("receiving")?,
+                None => {
+                    self.accept(&mut unaccepted).await?;
+                    tokio::select! {
+                        delivery = self.receiver.recv::<Data>() => delivery.context("receiving")?,
+                        _ = watcher.changed() => continue,
+                    }
+                }
             };
             let received_at = payload::now_nanos();
             if run.options.mode == Mode::PeekLock {
-                self.receiver.accept(&delivery).await.context("accepting")?;
+                unaccepted.push(DeliveryInfo::from(&delivery));
+                if unaccepted.len() >= batch {
+                    self.accept(&mut unaccepted).await?;
+                }
             }
             used += 1;
             if used >= top_up_after {
@@ -130,5 +146,13 @@ impl Consumer {
                 _ => report.stale += 1,
             }
         }
+    }
+
+    /// Accepts the deliveries held (consecutive ones in one disposition range).
+    async fn accept(&self, unaccepted: &mut Vec<DeliveryInfo>) -> Result<()> {
+        if unaccepted.is_empty() {
+            return Ok(());
+        }
+        self.receiver.accept_all(unaccepted.drain(..)).await.context("accepting")
     }
 }

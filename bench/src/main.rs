@@ -13,6 +13,9 @@
 //! - A producer never has more than `--window` unsettled sends; a consumer never grants more than
 //!   `--credit`.
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod cbs;
 mod cli;
 mod consumer;

@@ -731,11 +731,66 @@ impl Broker {
         token: LockToken,
         disposition: Disposition,
     ) -> Result<()> {
+        let mut outcomes = self.start_settle_many(address, vec![(token, disposition)]).await;
+        outcomes.pop().unwrap_or(Err(BrokerError::MessageLockLost))
+    }
+
+    /// Settles several locked messages of one entity: one request per partition they are
+    /// locked on, queued before this returns (like [`Broker::start_send`]); the future yields
+    /// one outcome per item, in the order given.
+    pub fn start_settle_many(
+        &self,
+        address: impl Into<EntityAddress>,
+        items: Vec<(LockToken, Disposition)>,
+    ) -> impl Future<Output = Vec<Result<()>>> + Send + 'static {
         let address = address.into();
-        let entity = self.entity(&address.entity)?;
-        let partition = entity.partition(token.partition()).ok_or(BrokerError::MessageLockLost)?;
-        let queue = address.queue;
-        partition.ask(|reply| Command::Settle { queue, token, disposition, reply }).await
+        let count = items.len();
+        let mut outcomes: Vec<Result<()>> = Vec::with_capacity(count);
+        // Per partition: the items' places in `items`, and the request's answer.
+        let mut asked = Vec::new();
+        match self.entity(&address.entity) {
+            Err(error) => outcomes.extend(std::iter::repeat_n(Err(error), count)),
+            Ok(entity) => {
+                outcomes.extend(std::iter::repeat_n(Err(BrokerError::MessageLockLost), count));
+                let mut groups: Vec<SettleGroup> = Vec::new();
+                for (place, (token, disposition)) in items.into_iter().enumerate() {
+                    let partition = token.partition();
+                    match groups.iter_mut().find(|group| group.0 == partition) {
+                        Some(group) => {
+                            group.1.push(place);
+                            group.2.push((token, disposition));
+                        }
+                        None => groups.push((partition, vec![place], vec![(token, disposition)])),
+                    }
+                }
+                let queue = address.queue;
+                for (partition, places, items) in groups {
+                    // A token naming a partition the entity does not have stays "lock lost".
+                    if let Some(handle) = entity.partition(partition) {
+                        let answer =
+                            handle.ask(move |reply| Command::Settle { queue, items, reply });
+                        asked.push((places, answer));
+                    }
+                }
+            }
+        }
+        async move {
+            for (places, answer) in asked {
+                match answer.await {
+                    Ok(answers) => {
+                        for (place, outcome) in places.into_iter().zip(answers) {
+                            outcomes[place] = outcome;
+                        }
+                    }
+                    Err(error) => {
+                        for place in places {
+                            outcomes[place] = Err(error.clone());
+                        }
+                    }
+                }
+            }
+            outcomes
+        }
     }
 
     /// Completes a locked message.
@@ -882,6 +937,10 @@ fn by_partition<'a>(
 }
 
 /// Asks every partition of an entity at once; answers in partition order.
+/// Settlements bound for one partition: the partition, the items' places in the caller's
+/// list, and the items.
+type SettleGroup = (PartitionId, Vec<usize>, Vec<(LockToken, Disposition)>);
+
 async fn ask_all<T>(
     entity: &EntityHandle,
     make: impl Fn(oneshot::Sender<Result<T>>) -> Command,

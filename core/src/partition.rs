@@ -77,11 +77,11 @@ pub(crate) enum Command {
         sequence_numbers: Vec<SequenceNumber>,
         reply: oneshot::Sender<Result<()>>,
     },
+    /// Settles each locked message in turn; one outcome per item, in order.
     Settle {
         queue: SubQueue,
-        token: LockToken,
-        disposition: Disposition,
-        reply: oneshot::Sender<Result<()>>,
+        items: Vec<(LockToken, Disposition)>,
+        reply: oneshot::Sender<Result<Vec<Result<()>>>>,
     },
     RenewLock {
         queue: SubQueue,
@@ -625,9 +625,12 @@ impl Partition {
                 self.cancel(&sequence_numbers);
                 self.reply(reply, Ok(()));
             }
-            Command::Settle { queue, token, disposition, reply } => {
-                let outcome = self.settle(queue, token, disposition, now);
-                self.reply(reply, outcome);
+            Command::Settle { queue, items, reply } => {
+                let outcomes = items
+                    .into_iter()
+                    .map(|(token, disposition)| self.settle(queue, token, disposition, now))
+                    .collect();
+                self.reply(reply, Ok(outcomes));
             }
             Command::RenewLock { queue, token, reply } => {
                 let outcome = self.renew_lock(queue, token, now);

@@ -281,8 +281,7 @@ impl Drop for Receiver {
                 let (reply, _) = oneshot::channel();
                 partition.send(Command::Settle {
                     queue: self.shared.queue,
-                    token: lock.token,
-                    disposition: Disposition::Release,
+                    items: vec![(lock.token, Disposition::Release)],
                     reply,
                 });
             }

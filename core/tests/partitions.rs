@@ -17,9 +17,9 @@ use ironbus_core::keys::{self, EntityId};
 use ironbus_core::router::partition_for_key;
 use ironbus_core::testing::FaultyStore;
 use ironbus_core::{
-    Availability, Broker, BrokerError, Clock, Disposition, ManualClock, Message, NamespaceLimits,
-    PartitionId, QueueDescription, QueueRuntime, ReceiveMode, ReceivedMessage, Receiver,
-    SendOutcome, SequenceNumber,
+    Availability, Broker, BrokerError, Clock, Disposition, LockToken, ManualClock, Message,
+    NamespaceLimits, PartitionId, QueueDescription, QueueRuntime, ReceiveMode, ReceivedMessage,
+    Receiver, SendOutcome, SequenceNumber,
 };
 use ironbus_store_memory::MemoryStore;
 
@@ -613,6 +613,47 @@ async fn one_receiver_gets_messages_from_every_partition() {
     }
     assert_eq!(f.runtime("q").await.active_message_count, 0);
     assert_eq!(guard(receiver.drain()).await, 100 - 48, "nothing more was delivered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settling_many_at_once_answers_each_in_order_across_partitions() {
+    let f = Fixture::new().await;
+    f.create("q", partitioned()).await;
+    for p in 0..4 {
+        for key in keys_in(p, 2) {
+            f.enqueue("q", Message::new("m").with_partition_key(key)).await;
+        }
+    }
+    let (_receiver, received) = f.receive_all("q", 8).await;
+    assert_eq!(received.len(), 8);
+    let tokens: Vec<_> = received.iter().map(|m| m.lock_token().expect("locked")).collect();
+    assert_eq!(
+        tokens.iter().map(|t| t.partition()).collect::<BTreeSet<_>>().len(),
+        4,
+        "the batch spans four partitions"
+    );
+    // Complete six, abandon one, and mix in tokens that hold no lock: one of a partition
+    // the queue has, one of a partition it does not have. A token may also repeat.
+    let mut items: Vec<_> = tokens[..6].iter().map(|t| (*t, Disposition::Complete)).collect();
+    items.insert(2, (LockToken::generate(PartitionId(1)), Disposition::Complete));
+    items.push((tokens[6], Disposition::Abandon { properties: Default::default() }));
+    items.push((LockToken::generate(PartitionId(PARTITIONS + 5)), Disposition::Complete));
+    items.push((tokens[0], Disposition::Complete));
+    let outcomes = guard(f.broker.start_settle_many("q", items)).await;
+    let lost = Err(BrokerError::MessageLockLost);
+    let expected = [Ok(()), Ok(()), lost.clone(), Ok(()), Ok(()), Ok(()), Ok(()), Ok(())]
+        .into_iter()
+        .chain([lost.clone(), lost.clone()])
+        .collect::<Vec<_>>();
+    assert_eq!(outcomes, expected);
+    let runtime = f.runtime("q").await;
+    assert_eq!(runtime.active_message_count, 2, "the abandoned one and the untouched one");
+    let outcomes =
+        guard(f.broker.start_settle_many("nope", vec![(tokens[7], Disposition::Complete)])).await;
+    assert!(
+        matches!(outcomes.as_slice(), [Err(BrokerError::EntityNotFound { .. })]),
+        "{outcomes:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,6 +2,9 @@
 //! chosen store (RocksDB by default, in `--data-dir`), the AMQP and HTTP transports, SAS keys
 //! and entities declared in a config file.
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod config;
 mod http;
 

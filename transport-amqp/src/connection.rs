@@ -60,6 +60,9 @@ const IDLE_TIME_OUT: Duration = Duration::from_secs(240);
 const MAX_DELIVERY_BYTES: usize = 100 * 1024 * 1024;
 /// The message format of a batch: one data section per message.
 const MSG_FORMAT_BATCH: u32 = 0x8001_3700;
+/// At most this many buffered frames are handled before the loop answers and looks at its
+/// other events.
+const FRAMES_PER_TURN: usize = 256;
 
 /// What a connection needs from the server.
 #[derive(Debug)]
@@ -81,17 +84,27 @@ enum Event {
         settled: bool,
         result: Result<(), WireError>,
     },
-    /// A client's disposition was applied; `echo` carries the state to echo when asked.
-    Settled {
-        channel: u16,
-        delivery_id: u32,
-        echo: Option<DeliveryState>,
-        result: Result<(), WireError>,
-    },
+    /// Clients' dispositions were applied (one outcome each).
+    Settled(Vec<(SettleAnswer, Result<(), WireError>)>),
     /// A drain finished: every message that used credit is in the link's buffer.
     Drained { channel: u16, handle: u32 },
     /// A management response is ready.
     Response { channel: u16, node: String, reply_to: Option<String>, payload: Bytes },
+}
+
+/// A settlement read from a disposition, waiting for the end of the read to be handed over.
+struct Settle {
+    address: EntityAddress,
+    token: LockToken,
+    disposition: CoreDisposition,
+    answer: SettleAnswer,
+}
+
+/// Where a settlement's outcome is echoed: `echo` carries the state to echo when asked.
+struct SettleAnswer {
+    channel: u16,
+    delivery_id: u32,
+    echo: Option<DeliveryState>,
 }
 
 /// Who may do what on this connection: the claims of tokens put on `$cbs`, and of the policy
@@ -222,6 +235,8 @@ struct Connection {
     sessions: HashMap<u16, Session>,
     grants: Grants,
     pending: FuturesUnordered<Pending>,
+    /// Settlements of the frames being read, handed to the broker together (`start_settles`).
+    settles: Vec<Settle>,
     watcher: Arc<Notify>,
 }
 
@@ -237,6 +252,7 @@ impl Connection {
             sessions: HashMap::new(),
             grants: Grants::default(),
             pending: FuturesUnordered::new(),
+            settles: Vec::new(),
             watcher: Arc::new(Notify::new()),
         }
     }
@@ -368,31 +384,25 @@ impl Connection {
             tokio::select! {
                 frame = reader.read_frame() => {
                     last_read = Instant::now();
-                    match frame {
-                        Ok(InFrame::Empty) => {}
-                        Ok(InFrame::Amqp { channel, performative, payload }) => {
-                            tracing::trace!(channel, ?performative, payload = payload.len(), "received");
-                            match self.on_frame(channel, *performative, payload).await {
-                                Ok(true) => {}
-                                Ok(false) => {
-                                    self.flush();
-                                    return;
-                                }
-                                Err(e) => return self.close_with_error(e),
-                            }
+                    // Take every frame that is already buffered before answering, so that a
+                    // burst of transfers or dispositions costs one write and their settlements
+                    // go to each partition together.
+                    let mut frame = frame;
+                    for _ in 0..FRAMES_PER_TURN {
+                        if !self.on_read(frame).await {
+                            // Settlements read before the end are still applied.
+                            self.start_settles();
+                            return;
                         }
-                        Ok(InFrame::Sasl(_)) => {
-                            return self.close_with_error(WireError::new("amqp:connection:framing-error", 400, "sasl frame after sasl"));
+                        if !reader.has_frame() {
+                            break;
                         }
-                        Err(FrameError::Closed) => return,
-                        Err(FrameError::Io(_)) => return,
-                        Err(e @ FrameError::TooLarge { .. }) => {
-                            return self.close_with_error(WireError::new("amqp:connection:framing-error", 400, e.to_string()));
-                        }
-                        Err(e) => {
-                            return self.close_with_error(WireError::new("amqp:decode-error", 400, e.to_string()));
+                        match reader.read_frame().now_or_never() {
+                            Some(next) => frame = next,
+                            None => break,
                         }
                     }
+                    self.start_settles();
                 }
                 () = watcher.notified() => {}
                 Some(event) = self.pending.next(), if !self.pending.is_empty() => self.on_event(event),
@@ -416,6 +426,49 @@ impl Connection {
             }
             self.pump();
             self.flush();
+        }
+    }
+
+    /// Handles one read frame; false when the connection is over (closed, with an error if
+    /// there was one).
+    async fn on_read(&mut self, frame: Result<InFrame, FrameError>) -> bool {
+        match frame {
+            Ok(InFrame::Empty) => true,
+            Ok(InFrame::Amqp { channel, performative, payload }) => {
+                tracing::trace!(channel, ?performative, payload = payload.len(), "received");
+                match self.on_frame(channel, *performative, payload).await {
+                    Ok(true) => true,
+                    Ok(false) => {
+                        self.flush();
+                        false
+                    }
+                    Err(e) => {
+                        self.close_with_error(e);
+                        false
+                    }
+                }
+            }
+            Ok(InFrame::Sasl(_)) => {
+                self.close_with_error(WireError::new(
+                    "amqp:connection:framing-error",
+                    400,
+                    "sasl frame after sasl",
+                ));
+                false
+            }
+            Err(FrameError::Closed) | Err(FrameError::Io(_)) => false,
+            Err(e @ FrameError::TooLarge { .. }) => {
+                self.close_with_error(WireError::new(
+                    "amqp:connection:framing-error",
+                    400,
+                    e.to_string(),
+                ));
+                false
+            }
+            Err(e) => {
+                self.close_with_error(WireError::new("amqp:decode-error", 400, e.to_string()));
+                false
+            }
         }
     }
 
@@ -1066,16 +1119,38 @@ impl Connection {
                 _ => continue,
             };
             let echo = (!disposition.settled).then_some(echo);
-            let broker = self.cx.broker.clone();
-            self.pending.push(Box::pin(async move {
-                let result = broker
-                    .settle(unsettled.address, unsettled.token, core)
-                    .await
-                    .map_err(WireError::from);
-                Event::Settled { channel, delivery_id: id, echo, result }
-            }));
+            self.settles.push(Settle {
+                address: unsettled.address,
+                token: unsettled.token,
+                disposition: core,
+                answer: SettleAnswer { channel, delivery_id: id, echo },
+            });
         }
         Ok(())
+    }
+
+    /// Hands the settlements of the frames just read to the broker: one request per entity
+    /// and partition.
+    fn start_settles(&mut self) {
+        while !self.settles.is_empty() {
+            let address = self.settles[0].address.clone();
+            let (same, rest): (Vec<Settle>, Vec<Settle>) =
+                self.settles.drain(..).partition(|s| s.address == address);
+            self.settles = rest;
+            let (items, answers): (Vec<_>, Vec<_>) =
+                same.into_iter().map(|s| ((s.token, s.disposition), s.answer)).unzip();
+            let outcomes = self.cx.broker.start_settle_many(address, items);
+            self.pending.push(Box::pin(async move {
+                let outcomes = outcomes.await;
+                Event::Settled(
+                    answers
+                        .into_iter()
+                        .zip(outcomes)
+                        .map(|(answer, outcome)| (answer, outcome.map_err(WireError::from)))
+                        .collect(),
+                )
+            }));
+        }
     }
 
     fn on_event(&mut self, event: Event) {
@@ -1110,26 +1185,28 @@ impl Connection {
                 }
                 self.top_up(channel, handle);
             }
-            Event::Settled { channel, delivery_id, echo, result } => {
-                let Some(echo) = echo else { return };
-                let state = match result {
-                    Ok(()) => echo,
-                    Err(e) => DeliveryState::Rejected(Rejected { error: Some(e.to_amqp()) }),
-                };
-                if self.sessions.contains_key(&channel) {
-                    let disposition = Disposition {
-                        role: Role::Sender,
-                        first: delivery_id,
-                        last: None,
-                        settled: true,
-                        state: Some(state),
-                        batchable: false,
+            Event::Settled(answers) => {
+                for (SettleAnswer { channel, delivery_id, echo }, result) in answers {
+                    let Some(echo) = echo else { continue };
+                    let state = match result {
+                        Ok(()) => echo,
+                        Err(e) => DeliveryState::Rejected(Rejected { error: Some(e.to_amqp()) }),
                     };
-                    frame::write_performative(
-                        &mut self.out,
-                        channel,
-                        &Performative::Disposition(disposition),
-                    );
+                    if self.sessions.contains_key(&channel) {
+                        let disposition = Disposition {
+                            role: Role::Sender,
+                            first: delivery_id,
+                            last: None,
+                            settled: true,
+                            state: Some(state),
+                            batchable: false,
+                        };
+                        frame::write_performative(
+                            &mut self.out,
+                            channel,
+                            &Performative::Disposition(disposition),
+                        );
+                    }
                 }
             }
             Event::Drained { channel, handle } => {

@@ -120,6 +120,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         Ok(ProtocolHeader::parse(header))
     }
 
+    /// Whether a whole frame (or a size that `read_frame` refuses at once) is already
+    /// buffered, so `read_frame` needs no I/O.
+    pub fn has_frame(&self) -> bool {
+        if self.buf.len() < 4 {
+            return false;
+        }
+        let size = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
+        size > self.max_frame_size || size < 8 || self.buf.len() >= size as usize
+    }
+
     /// Reads the next frame.
     pub async fn read_frame(&mut self) -> Result<InFrame, FrameError> {
         self.fill(4).await?;

@@ -1,0 +1,100 @@
+//! Dispositions that arrive together — single ones back to back and ranges — are applied one
+//! by one with the right outcome, over a real socket from fe2o3-amqp's client.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fe2o3_amqp::link::delivery::DeliveryInfo;
+use fe2o3_amqp::link::receiver::CreditMode;
+use fe2o3_amqp::types::definitions::{ReceiverSettleMode, SenderSettleMode};
+use fe2o3_amqp::types::messaging::{Data, Message};
+use fe2o3_amqp::{Connection, Receiver, Sender, Session};
+use ironbus_core::auth::Authorizer;
+use ironbus_core::{
+    shutdown_signal, Broker, ManualClock, NamespaceLimits, QueueDescription, Transport,
+};
+use ironbus_store_memory::MemoryStore;
+use ironbus_transport_amqp::AmqpTransport;
+
+const MESSAGES: usize = 60;
+
+async fn guard<F: std::future::Future>(future: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(20), future).await.expect("hung")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dispositions_read_together_are_each_applied() {
+    let broker = Broker::open(
+        Arc::new(MemoryStore::new()),
+        Arc::new(ManualClock::default()),
+        NamespaceLimits::default(),
+    )
+    .await
+    .unwrap();
+    let description =
+        QueueDescription { enable_partitioning: true, partition_count: 4, ..Default::default() };
+    broker.create_queue("q", description).await.unwrap();
+    let transport =
+        AmqpTransport::bind("127.0.0.1:0".parse().unwrap(), Arc::new(Authorizer::development()))
+            .await
+            .unwrap();
+    let addr = transport.local_addr().unwrap();
+    let (_trigger, shutdown) = shutdown_signal();
+    tokio::spawn(Box::new(transport).serve(broker.clone(), shutdown));
+
+    let url = format!("amqp://RootManageSharedAccessKey:SAS_KEY_VALUE@{addr}");
+    let mut connection = guard(Connection::open("settlement-test", url.as_str())).await.unwrap();
+    let mut session = guard(Session::begin(&mut connection)).await.unwrap();
+    let mut sender = guard(Sender::attach(&mut session, "sender", "q")).await.unwrap();
+    for i in 0..MESSAGES {
+        let message = Message::builder().data(Data(format!("m{i}").into_bytes().into())).build();
+        guard(sender.send(message)).await.unwrap().accepted_or_else(|o| o).unwrap();
+    }
+    let mut receiver = guard(
+        Receiver::builder()
+            .name("receiver")
+            .source("q")
+            .sender_settle_mode(SenderSettleMode::Unsettled)
+            .receiver_settle_mode(ReceiverSettleMode::First)
+            .credit_mode(CreditMode::Manual)
+            .attach(&mut session),
+    )
+    .await
+    .unwrap();
+    guard(receiver.set_credit(MESSAGES as u32)).await.unwrap();
+    let (mut deliveries, mut order) = (Vec::new(), Vec::new());
+    for _ in 0..MESSAGES {
+        let delivery = guard(receiver.recv::<Data>()).await.unwrap();
+        order.push(String::from_utf8(delivery.body().0.to_vec()).unwrap());
+        deliveries.push(DeliveryInfo::from(&delivery));
+    }
+    // Nothing waits for the broker between these: 20 single accepts, a range of 20 accepts,
+    // then 20 releases in one range. They reach the broker in a few reads at most.
+    let mut deliveries = deliveries.into_iter();
+    for delivery in deliveries.by_ref().take(20) {
+        receiver.accept(delivery).await.unwrap();
+    }
+    receiver.accept_all(deliveries.by_ref().take(20).collect::<Vec<_>>()).await.unwrap();
+    receiver.release_all(deliveries.collect::<Vec<_>>()).await.unwrap();
+    // The detach is read after every disposition, and the runtime query queues behind the
+    // settlements on each partition.
+    guard(receiver.detach()).await.unwrap();
+    let runtime = guard(broker.get_queue_runtime("q")).await.unwrap();
+    assert_eq!(runtime.active_message_count, 20, "the 20 released are back, the 40 accepted gone");
+
+    let mut again = guard(Receiver::attach(&mut session, "again", "q")).await.unwrap();
+    let mut bodies = Vec::new();
+    for _ in 0..20 {
+        let delivery = guard(again.recv::<Data>()).await.unwrap();
+        bodies.push(String::from_utf8(delivery.body().0.to_vec()).unwrap());
+        again.accept(&delivery).await.unwrap();
+    }
+    bodies.sort();
+    let mut released = order.split_off(40);
+    released.sort();
+    assert_eq!(bodies, released, "exactly the released ones come back");
+    guard(again.detach()).await.unwrap();
+    assert_eq!(guard(broker.get_queue_runtime("q")).await.unwrap().active_message_count, 0);
+    session.end().await.unwrap();
+    connection.close().await.unwrap();
+}
