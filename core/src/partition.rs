@@ -427,6 +427,44 @@ type ListReply = oneshot::Sender<Result<Vec<ReceivedMessage>>>;
 /// Bodies read ahead of the head of a backlog, when a delivery needs one from the store.
 const PREFETCH: usize = 256;
 
+/// Per-message counters of one cycle, added to the metrics at its end.
+#[derive(Debug, Default)]
+struct Tally {
+    incoming: u64,
+    outgoing: u64,
+    /// By [`Disposition::outcome`], in the order of [`SETTLEMENT_OUTCOMES`].
+    settlements: [u64; SETTLEMENT_OUTCOMES.len()],
+}
+
+const SETTLEMENT_OUTCOMES: [&str; 5] = ["complete", "abandon", "release", "defer", "dead_letter"];
+
+impl Tally {
+    fn settled(&mut self, disposition: &Disposition) {
+        let outcome = disposition.outcome();
+        if let Some(i) = SETTLEMENT_OUTCOMES.iter().position(|o| *o == outcome) {
+            self.settlements[i] += 1;
+        }
+    }
+
+    /// Adds the cycle's counts to the metrics and starts again from zero.
+    fn record(&mut self) {
+        let tally = std::mem::take(self);
+        if tally.incoming > 0 {
+            metrics::counter!(m::MESSAGES_INCOMING_TOTAL, "entity_kind" => "queue")
+                .increment(tally.incoming);
+        }
+        if tally.outgoing > 0 {
+            metrics::counter!(m::MESSAGES_OUTGOING_TOTAL, "entity_kind" => "queue")
+                .increment(tally.outgoing);
+        }
+        for (outcome, count) in SETTLEMENT_OUTCOMES.iter().zip(tally.settlements) {
+            if count > 0 {
+                metrics::counter!(m::SETTLEMENTS_TOTAL, "outcome" => *outcome).increment(count);
+            }
+        }
+    }
+}
+
 struct Partition {
     cx: PartitionContext,
     partitioned: bool,
@@ -439,6 +477,8 @@ struct Partition {
     batch: WriteBatch,
     counter_dirty: bool,
     probe: bool,
+    /// Messages in, out and settled this cycle: recorded once per cycle, not per message.
+    tally: Tally,
     deliveries: Vec<(Arc<ReceiverShared>, Outgoing)>,
     /// Peeks and deferred receives, answered after their bodies are loaded.
     lists: Vec<(ListReply, Result<Vec<Outgoing>>)>,
@@ -470,6 +510,7 @@ impl Partition {
             batch: WriteBatch::new(),
             counter_dirty: false,
             probe: false,
+            tally: Tally::default(),
             deliveries: Vec::new(),
             lists: Vec::new(),
             replies: Vec::new(),
@@ -531,6 +572,7 @@ impl Partition {
             keep_running &= self.handle(command, now);
         }
         self.deliver(now);
+        self.tally.record();
 
         if self.counter_dirty {
             self.batch.put(
@@ -1036,7 +1078,7 @@ impl Partition {
                 codec::encode_meta(&entry.meta(seq)),
             );
             self.insert(SubQueue::Main, seq, entry);
-            metrics::counter!(m::MESSAGES_INCOMING_TOTAL, "entity_kind" => "queue").increment(1);
+            self.tally.incoming += 1;
             outcomes.push(SendOutcome::Enqueued(seq));
         }
         // Messages already past their expiry (a TTL shorter than the clock's step) go now.
@@ -1082,7 +1124,7 @@ impl Partition {
                 "a message in the dead-letter queue cannot be dead-lettered again".into(),
             ));
         }
-        metrics::counter!(m::SETTLEMENTS_TOTAL, "outcome" => disposition.outcome()).increment(1);
+        self.tally.settled(&disposition);
         self.unlock(queue, seq);
         match disposition {
             Disposition::Complete => {
@@ -1184,7 +1226,7 @@ impl Partition {
         now: Timestamp,
     ) -> Outgoing {
         self.state.available[queue.index()].remove(&seq);
-        metrics::counter!(m::MESSAGES_OUTGOING_TOTAL, "entity_kind" => "queue").increment(1);
+        self.tally.outgoing += 1;
         let partition = self.cx.partition;
         match mode {
             ReceiveMode::PeekLock => {
@@ -1411,4 +1453,26 @@ fn merge_properties(entry: &mut Entry, properties: ApplicationProperties) {
         return;
     }
     entry.aux_mut().modified_properties.extend(properties);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_settlement_outcome_has_a_tally_slot() {
+        let properties = ApplicationProperties::default;
+        let dispositions = [
+            Disposition::Complete,
+            Disposition::Abandon { properties: properties() },
+            Disposition::Release,
+            Disposition::Defer { properties: properties() },
+            Disposition::DeadLetter { reason: None, description: None, properties: properties() },
+        ];
+        let mut tally = Tally::default();
+        for d in &dispositions {
+            tally.settled(d);
+        }
+        assert_eq!(tally.settlements, [1; SETTLEMENT_OUTCOMES.len()]);
+    }
 }
