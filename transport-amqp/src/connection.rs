@@ -237,6 +237,9 @@ struct Connection {
     pending: FuturesUnordered<Pending>,
     /// Settlements of the frames being read, handed to the broker together (`start_settles`).
     settles: Vec<Settle>,
+    /// Outcomes of the client's unsettled transfers (channel, delivery id, refusal) waiting to
+    /// be answered together (`write_acks`).
+    acks: Vec<(u16, u32, Option<WireError>)>,
     watcher: Arc<Notify>,
 }
 
@@ -253,6 +256,7 @@ impl Connection {
             grants: Grants::default(),
             pending: FuturesUnordered::new(),
             settles: Vec::new(),
+            acks: Vec::new(),
             watcher: Arc::new(Notify::new()),
         }
     }
@@ -424,6 +428,7 @@ impl Connection {
             while let Some(Some(event)) = self.pending.next().now_or_never() {
                 self.on_event(event);
             }
+            self.write_acks();
             self.pump();
             self.flush();
         }
@@ -1160,23 +1165,7 @@ impl Connection {
                     tracing::debug!(condition = e.condition, description = %e.description, "send refused");
                 }
                 if !settled {
-                    let state = match result {
-                        Ok(()) => DeliveryState::Accepted(Accepted {}),
-                        Err(e) => DeliveryState::Rejected(Rejected { error: Some(e.to_amqp()) }),
-                    };
-                    let disposition = Disposition {
-                        role: Role::Receiver,
-                        first: delivery_id,
-                        last: None,
-                        settled: true,
-                        state: Some(state),
-                        batchable: false,
-                    };
-                    frame::write_performative(
-                        &mut self.out,
-                        channel,
-                        &Performative::Disposition(disposition),
-                    );
+                    self.acks.push((channel, delivery_id, result.err()));
                 }
                 if let Some(LinkState::Inbound(link)) =
                     self.sessions.get_mut(&channel).and_then(|s| s.links.get_mut(&handle))
@@ -1233,6 +1222,51 @@ impl Connection {
 
     /// Gives a client sender more credit once it has used half, keeping what is in flight to
     /// the store within [`SENDER_CREDIT`].
+    /// Answers the client's stored (or refused) transfers: consecutive accepted deliveries of a
+    /// session in one disposition range, each refusal on its own with its error.
+    fn write_acks(&mut self) {
+        if self.acks.is_empty() {
+            return;
+        }
+        let mut acks = std::mem::take(&mut self.acks);
+        acks.sort_by_key(|(channel, id, error)| (*channel, error.is_some(), *id));
+        let mut range: Option<(u16, u32, u32)> = None;
+        for (channel, id, error) in acks.drain(..) {
+            if let Some(error) = error {
+                let state = DeliveryState::Rejected(Rejected { error: Some(error.to_amqp()) });
+                self.write_ack(channel, id, id, state);
+                continue;
+            }
+            match range {
+                Some((c, first, last)) if c == channel && last.wrapping_add(1) == id => {
+                    range = Some((c, first, id));
+                }
+                _ => {
+                    if let Some((c, first, last)) = range {
+                        self.write_ack(c, first, last, DeliveryState::Accepted(Accepted {}));
+                    }
+                    range = Some((channel, id, id));
+                }
+            }
+        }
+        if let Some((c, first, last)) = range {
+            self.write_ack(c, first, last, DeliveryState::Accepted(Accepted {}));
+        }
+        self.acks = acks;
+    }
+
+    fn write_ack(&mut self, channel: u16, first: u32, last: u32, state: DeliveryState) {
+        let disposition = Disposition {
+            role: Role::Receiver,
+            first,
+            last: (last != first).then_some(last),
+            settled: true,
+            state: Some(state),
+            batchable: false,
+        };
+        frame::write_performative(&mut self.out, channel, &Performative::Disposition(disposition));
+    }
+
     fn top_up(&mut self, channel: u16, handle: u32) {
         let Some(LinkState::Inbound(link)) =
             self.sessions.get_mut(&channel).and_then(|s| s.links.get_mut(&handle))

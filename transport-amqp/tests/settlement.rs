@@ -6,24 +6,26 @@ use std::time::Duration;
 
 use fe2o3_amqp::link::delivery::DeliveryInfo;
 use fe2o3_amqp::link::receiver::CreditMode;
-use fe2o3_amqp::types::definitions::{ReceiverSettleMode, SenderSettleMode};
-use fe2o3_amqp::types::messaging::{Data, Message};
+use fe2o3_amqp::types::definitions::{
+    AmqpError, ErrorCondition, ReceiverSettleMode, SenderSettleMode,
+};
+use fe2o3_amqp::types::messaging::annotations::OwnedKey;
+use fe2o3_amqp::types::messaging::{Data, Message, MessageAnnotations, Outcome, Properties};
+use fe2o3_amqp::types::primitives::Symbol;
 use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use ironbus_core::auth::Authorizer;
 use ironbus_core::{
-    shutdown_signal, Broker, ManualClock, NamespaceLimits, QueueDescription, Transport,
+    shutdown_signal, Broker, ManualClock, NamespaceLimits, QueueDescription, ShutdownTrigger,
+    Transport,
 };
 use ironbus_store_memory::MemoryStore;
 use ironbus_transport_amqp::AmqpTransport;
 
 const MESSAGES: usize = 60;
 
-async fn guard<F: std::future::Future>(future: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(20), future).await.expect("hung")
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dispositions_read_together_are_each_applied() {
+/// A broker with queue `q` (four partitions) behind an AMQP listener; returns the broker and
+/// the URL a SASL PLAIN client connects with.
+async fn start() -> (Broker, String, ShutdownTrigger) {
     let broker = Broker::open(
         Arc::new(MemoryStore::new()),
         Arc::new(ManualClock::default()),
@@ -39,10 +41,18 @@ async fn dispositions_read_together_are_each_applied() {
             .await
             .unwrap();
     let addr = transport.local_addr().unwrap();
-    let (_trigger, shutdown) = shutdown_signal();
+    let (trigger, shutdown) = shutdown_signal();
     tokio::spawn(Box::new(transport).serve(broker.clone(), shutdown));
+    (broker, format!("amqp://RootManageSharedAccessKey:SAS_KEY_VALUE@{addr}"), trigger)
+}
 
-    let url = format!("amqp://RootManageSharedAccessKey:SAS_KEY_VALUE@{addr}");
+async fn guard<F: std::future::Future>(future: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(20), future).await.expect("hung")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dispositions_read_together_are_each_applied() {
+    let (broker, url, _trigger) = start().await;
     let mut connection = guard(Connection::open("settlement-test", url.as_str())).await.unwrap();
     let mut session = guard(Session::begin(&mut connection)).await.unwrap();
     let mut sender = guard(Sender::attach(&mut session, "sender", "q")).await.unwrap();
@@ -95,6 +105,56 @@ async fn dispositions_read_together_are_each_applied() {
     assert_eq!(bodies, released, "exactly the released ones come back");
     guard(again.detach()).await.unwrap();
     assert_eq!(guard(broker.get_queue_runtime("q")).await.unwrap().active_message_count, 0);
+    session.end().await.unwrap();
+    connection.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcomes_of_pipelined_sends_each_arrive_and_a_refusal_keeps_its_error() {
+    let (broker, url, _trigger) = start().await;
+    let mut connection = guard(Connection::open("acks-test", url.as_str())).await.unwrap();
+    let mut session = guard(Session::begin(&mut connection)).await.unwrap();
+    let mut sender = guard(Sender::attach(&mut session, "sender", "q")).await.unwrap();
+    // 80 sends in flight at once; the 41st names a session id and a different partition
+    // key, which Service Bus refuses.
+    let mut outcomes = Vec::new();
+    for i in 0..80 {
+        let body = Data(format!("m{i}").into_bytes().into());
+        let message = if i == 40 {
+            Message::builder()
+                .properties(Properties::builder().group_id(String::from("session")).build())
+                .message_annotations(
+                    MessageAnnotations::builder()
+                        .insert(OwnedKey::from(Symbol::from("x-opt-partition-key")), "other")
+                        .build(),
+                )
+                .data(body)
+                .build()
+        } else {
+            Message::builder().data(body).build()
+        };
+        outcomes.push(guard(sender.send_batchable(message)).await.unwrap());
+    }
+    let mut accepted = 0;
+    for (i, outcome) in outcomes.into_iter().enumerate() {
+        match guard(outcome).await.unwrap() {
+            Outcome::Accepted(_) => accepted += 1,
+            Outcome::Rejected(rejected) => {
+                assert_eq!(i, 40, "only the oversized message is refused");
+                let error = rejected.error.expect("a refusal says why");
+                assert_eq!(
+                    error.condition,
+                    ErrorCondition::AmqpError(AmqpError::NotAllowed),
+                    "{error:?}"
+                );
+                assert!(error.description.is_some_and(|d| d.contains("PartitionKey")));
+            }
+            other => panic!("send {i}: unexpected outcome {other:?}"),
+        }
+    }
+    assert_eq!(accepted, 79);
+    assert_eq!(guard(broker.get_queue_runtime("q")).await.unwrap().active_message_count, 79);
+    guard(sender.detach()).await.unwrap();
     session.end().await.unwrap();
     connection.close().await.unwrap();
 }
