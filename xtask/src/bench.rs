@@ -1,10 +1,12 @@
 //! `cargo xtask bench <target> [ARGS]`: runs a benchmark, passing ARGS to the benchmark itself.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let Some((target, rest)) = args.split_first() else {
-        bail!("`bench` needs a target: core, amqp or backlog (see `cargo xtask help`)");
+        bail!(
+            "`bench` needs a target: core, amqp, backlog or side-by-side (see `cargo xtask help`)"
+        );
     };
     // Everything after the target goes to the benchmark; a leading `--` is accepted and dropped,
     // since this task adds its own.
@@ -12,12 +14,35 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         Some((dashes, after)) if dashes == "--" => after,
         _ => rest,
     };
+    if target == "side-by-side" {
+        return side_by_side(rest);
+    }
     let mut cargo_args: Vec<&str> = match target.as_str() {
         "core" => vec!["bench", "-p", "ironbus-core", "--bench", "throughput", "--"],
         "amqp" => vec!["run", "--release", "-p", "ironbus-bench", "--"],
         "backlog" => vec!["bench", "-p", "ironbus-store-rocksdb", "--bench", "backlog", "--"],
-        unknown => bail!("unknown benchmark target `{unknown}`; known: core, amqp, backlog"),
+        unknown => {
+            bail!("unknown benchmark target `{unknown}`; known: core, amqp, backlog, side-by-side")
+        }
     };
     cargo_args.extend(rest.iter().map(String::as_str));
     crate::run_cargo(&format!("bench {target}"), &cargo_args)
+}
+
+/// `bench/side-by-side.sh`: RabbitMQ, ironbus on memory and ironbus on RocksDB in alternating
+/// rounds with the same load generator; its settings come from the environment (see the script).
+fn side_by_side(rest: &[String]) -> Result<()> {
+    if !rest.is_empty() {
+        bail!("`bench side-by-side` takes no arguments; set ROUNDS, MESSAGES, OUT, ... instead");
+    }
+    let script = crate::workspace_root().join("bench").join("side-by-side.sh");
+    let status = std::process::Command::new("bash")
+        .arg(&script)
+        .current_dir(crate::workspace_root())
+        .status()
+        .with_context(|| format!("could not start `bash {}`", script.display()))?;
+    if !status.success() {
+        bail!("bench side-by-side failed ({status})");
+    }
+    Ok(())
 }

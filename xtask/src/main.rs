@@ -37,6 +37,8 @@ tasks:
     bench backlog [ARGS]
                         1 M queued messages on RocksDB: RAM per message, recovery time, drain
                         rate (--messages N, --size BYTES, --partitions N, --body-cache-mb N)
+    bench side-by-side  RabbitMQ (../shared/peers), ironbus memory and ironbus RocksDB in
+                        alternating rounds with ironbus-bench; env ROUNDS, MESSAGES, OUT
     compat [SUITE] [-- ARGS]
                         run the SDK compatibility suites (python, js, rust; default all) against a
                         fresh ironbus; ARGS go to the suite's runner; `compat config` prints
