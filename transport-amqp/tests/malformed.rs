@@ -2,35 +2,17 @@
 //! (or, before the protocol is agreed, by closing the socket), never panics the server, and
 //! never disturbs other connections.
 
+mod common;
+
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use ironbus_core::auth::Authorizer;
-use ironbus_core::{
-    shutdown_signal, Broker, ManualClock, NamespaceLimits, ShutdownTrigger, Transport,
-};
-use ironbus_store_memory::MemoryStore;
-use ironbus_transport_amqp::AmqpTransport;
+use ironbus_core::ShutdownTrigger;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 async fn start() -> (SocketAddr, ShutdownTrigger) {
-    let broker = Broker::open(
-        Arc::new(MemoryStore::new()),
-        Arc::new(ManualClock::default()),
-        NamespaceLimits::default(),
-    )
-    .await
-    .unwrap();
-    let transport =
-        AmqpTransport::bind("127.0.0.1:0".parse().unwrap(), Arc::new(Authorizer::development()))
-            .await
-            .unwrap();
-    let addr = transport.local_addr().unwrap();
-    let (trigger, shutdown) = shutdown_signal();
-    tokio::spawn(Box::new(transport).serve(broker, shutdown));
-    (addr, trigger)
+    common::serve(common::memory_broker().await).await
 }
 
 /// An Open performative frame (container id "t"), hand-encoded.

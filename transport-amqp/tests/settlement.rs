@@ -1,7 +1,8 @@
 //! Dispositions that arrive together — single ones back to back and ranges — are applied one
 //! by one with the right outcome, over a real socket from fe2o3-amqp's client.
 
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
 use fe2o3_amqp::link::delivery::DeliveryInfo;
@@ -13,36 +14,18 @@ use fe2o3_amqp::types::messaging::annotations::OwnedKey;
 use fe2o3_amqp::types::messaging::{Data, Message, MessageAnnotations, Outcome, Properties};
 use fe2o3_amqp::types::primitives::Symbol;
 use fe2o3_amqp::{Connection, Receiver, Sender, Session};
-use ironbus_core::auth::Authorizer;
-use ironbus_core::{
-    shutdown_signal, Broker, ManualClock, NamespaceLimits, QueueDescription, ShutdownTrigger,
-    Transport,
-};
-use ironbus_store_memory::MemoryStore;
-use ironbus_transport_amqp::AmqpTransport;
+use ironbus_core::{Broker, QueueDescription, ShutdownTrigger};
 
 const MESSAGES: usize = 60;
 
 /// A broker with queue `q` (four partitions) behind an AMQP listener; returns the broker and
 /// the URL a SASL PLAIN client connects with.
 async fn start() -> (Broker, String, ShutdownTrigger) {
-    let broker = Broker::open(
-        Arc::new(MemoryStore::new()),
-        Arc::new(ManualClock::default()),
-        NamespaceLimits::default(),
-    )
-    .await
-    .unwrap();
+    let broker = common::memory_broker().await;
     let description =
         QueueDescription { enable_partitioning: true, partition_count: 4, ..Default::default() };
     broker.create_queue("q", description).await.unwrap();
-    let transport =
-        AmqpTransport::bind("127.0.0.1:0".parse().unwrap(), Arc::new(Authorizer::development()))
-            .await
-            .unwrap();
-    let addr = transport.local_addr().unwrap();
-    let (trigger, shutdown) = shutdown_signal();
-    tokio::spawn(Box::new(transport).serve(broker.clone(), shutdown));
+    let (addr, trigger) = common::serve(broker.clone()).await;
     (broker, format!("amqp://RootManageSharedAccessKey:SAS_KEY_VALUE@{addr}"), trigger)
 }
 
