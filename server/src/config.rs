@@ -48,6 +48,13 @@ pub fn parse(text: &str) -> Result<Vec<DeclaredQueue>> {
     Ok(queues)
 }
 
+/// The name of the (first) namespace the file declares, which `$namespaceinfo` reports.
+pub fn namespace_name(text: &str) -> Option<String> {
+    let root: Value = serde_json::from_str(text).ok()?;
+    let name = root.get("UserConfig")?.get("Namespaces")?.get(0)?.get("Name")?.as_str()?;
+    Some(name.to_owned()).filter(|n| !n.is_empty())
+}
+
 fn queue_description(properties: Option<&Value>) -> Result<QueueDescription> {
     let mut d = QueueDescription::default();
     let Some(props) = properties else { return Ok(d) };
@@ -153,6 +160,16 @@ pub async fn apply(broker: &Broker, queues: &[DeclaredQueue]) -> Result<usize> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_namespace_name_is_the_first_namespaces() {
+        let text = r#"{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": []}]}}"#;
+        assert_eq!(namespace_name(text).as_deref(), Some("sbemulatorns"));
+        assert_eq!(namespace_name(r#"{"UserConfig": {"Namespaces": []}}"#), None);
+        assert_eq!(namespace_name(r#"{"UserConfig": {"Namespaces": [{"Name": ""}]}}"#), None);
+        assert_eq!(namespace_name("not json"), None);
+    }
+
     use super::*;
 
     #[test]

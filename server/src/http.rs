@@ -110,6 +110,7 @@ pub async fn bind(
     broker: &Broker,
     faults: Option<Vec<Arc<FaultyStore>>>,
     metrics: MetricsRender,
+    namespace: Option<String>,
 ) -> Result<Option<HttpTransport>> {
     let plain = parse_addr("http-addr", &args.http_addr)?;
     let tls_addr = parse_addr("https-addr", &args.https_addr)?;
@@ -121,6 +122,9 @@ pub async fn bind(
         None => None,
     };
     let mut config = HttpConfig::new(authorizer);
+    if let Some(namespace) = namespace {
+        config.namespace = namespace;
+    }
     config.started_at = broker.clock().now().max(Timestamp::from_millis(0));
     config.metrics = Some(metrics);
     config.faults = faults.map(|faulty| fault_hook(broker.clone(), faulty));

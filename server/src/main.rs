@@ -162,9 +162,12 @@ async fn main() -> anyhow::Result<()> {
         "store opened and partitions recovered"
     );
 
+    // The config's namespace name is what `$namespaceinfo` reports (else "ironbus").
+    let mut namespace = None;
     if let Some(path) = &args.config {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config {}", path.display()))?;
+        namespace = config::namespace_name(&text);
         let queues = config::parse(&text).with_context(|| format!("config {}", path.display()))?;
         let created = config::apply(&broker, &queues).await?;
         tracing::info!(declared = queues.len(), created, "entities from {}", path.display());
@@ -176,7 +179,9 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("binding the AMQP listener on {}", args.amqp_addr))?;
     let amqp_addr = amqp.local_addr()?;
     let mut transports: Vec<Box<dyn Transport>> = vec![Box::new(amqp)];
-    let http = http::bind(&args.http, &args.data_dir, authorizer, &broker, faults, metrics).await?;
+    let http =
+        http::bind(&args.http, &args.data_dir, authorizer, &broker, faults, metrics, namespace)
+            .await?;
     if let Some(http) = http {
         tracing::info!(http = ?http.plain_addr(), https = ?http.tls_addr(), "http listening");
         transports.push(Box::new(http));
