@@ -150,9 +150,13 @@ impl Consumer {
 
     /// Accepts the deliveries held (consecutive ones in one disposition range).
     async fn accept(&self, unaccepted: &mut Vec<DeliveryInfo>) -> Result<()> {
-        if unaccepted.is_empty() {
-            return Ok(());
+        match unaccepted.len() {
+            0 => Ok(()),
+            1 => {
+                let delivery = unaccepted.pop().expect("one delivery");
+                self.receiver.accept(delivery).await.context("accepting")
+            }
+            _ => self.receiver.accept_all(unaccepted.drain(..)).await.context("accepting"),
         }
-        self.receiver.accept_all(unaccepted.drain(..)).await.context("accepting")
     }
 }
