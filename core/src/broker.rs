@@ -208,14 +208,16 @@ impl Broker {
             return Err(BrokerError::InvalidOperation("a broker needs at least one store".into()));
         };
         match store.get(&keys::store_count()).await? {
-            Some(v) if codec::decode_partition(&v)? != stores.len() as u64 => {
-                return Err(BrokerError::InvalidOperation(format!(
-                    "the data was written with {} stores; open it with the same number (got {})",
-                    codec::decode_partition(&v)?,
-                    stores.len()
-                )));
+            Some(v) => {
+                let written = codec::decode_partition(&v)?;
+                if written != stores.len() as u64 {
+                    return Err(BrokerError::InvalidOperation(format!(
+                        "the data was written with {written} stores; open it with the same \
+                         number (got {})",
+                        stores.len()
+                    )));
+                }
             }
-            Some(_) => {}
             None => {
                 let mut batch = WriteBatch::new();
                 batch.put(keys::store_count(), codec::encode_partition(stores.len() as u64));

@@ -350,28 +350,23 @@ impl Entry {
         partition: PartitionId,
         lock: Option<MessageLock>,
     ) -> Outgoing {
-        let aux = self.aux.as_deref();
+        let meta = self.meta(seq);
         Outgoing {
             broker: BrokerProperties {
                 sequence_number: seq,
-                enqueued_sequence_number: aux
-                    .and_then(|a| a.enqueued_sequence_number)
-                    .unwrap_or(seq),
-                enqueued_time: self.enqueued_time,
+                enqueued_sequence_number: meta.enqueued_sequence_number,
+                enqueued_time: meta.enqueued_time,
                 partition_id: partition,
-                delivery_count: self.delivery_count,
-                state: self.state,
-                expires_at: self.expires_at,
-                dead_letter_source: aux.and_then(|a| a.dead_letter_source.clone()),
-                dead_letter_reason: aux.and_then(|a| a.dead_letter_reason.clone()),
-                dead_letter_error_description: aux
-                    .and_then(|a| a.dead_letter_error_description.clone()),
+                delivery_count: meta.delivery_count,
+                state: meta.state,
+                expires_at: meta.expires_at,
+                dead_letter_source: meta.dead_letter_source,
+                dead_letter_reason: meta.dead_letter_reason,
+                dead_letter_error_description: meta.dead_letter_error_description,
             },
             lock,
             body: self.body.clone(),
-            modified_properties: aux
-                .map(|a| a.modified_properties.clone())
-                .filter(|p| !p.is_empty()),
+            modified_properties: Some(meta.modified_properties).filter(|p| !p.is_empty()),
         }
     }
 }
