@@ -177,8 +177,24 @@ impl Shared {
         Attached(self)
     }
 
-    pub(crate) fn note_reconnect(&self) {
+    /// After connection `name` failed with `err`: counts the reconnect, says why when verbose,
+    /// and waits out the backoff, cut short once the phase satisfies `stop`.
+    pub(crate) async fn pause_before_reconnecting(
+        &self,
+        name: &str,
+        err: &anyhow::Error,
+        backoff: &mut Backoff,
+        phase: &mut watch::Receiver<Phase>,
+        stop: impl FnMut(&Phase) -> bool,
+    ) {
         self.reconnects.fetch_add(1, Ordering::Relaxed);
+        if self.options.verbose {
+            eprintln!("ironbus-crash: {name}: {err:#}; reconnecting");
+        }
+        tokio::select! {
+            () = backoff.wait() => {}
+            _ = phase.wait_for(stop) => {}
+        }
     }
 }
 

@@ -58,14 +58,10 @@ impl Consumer {
             match outcome {
                 Ok(()) => return Ok(()),
                 Err(err) => {
-                    shared.note_reconnect();
-                    if shared.options.verbose {
-                        eprintln!("ironbus-crash: {name}: {err:#}; reconnecting");
-                    }
-                    tokio::select! {
-                        () = backoff.wait() => {}
-                        _ = phase.wait_for(|p| matches!(p, Phase::Done | Phase::Aborted)) => {}
-                    }
+                    let stop = |p: &Phase| matches!(p, Phase::Done | Phase::Aborted);
+                    shared
+                        .pause_before_reconnecting(&name, &err, &mut backoff, &mut phase, stop)
+                        .await;
                 }
             }
         }

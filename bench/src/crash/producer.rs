@@ -64,14 +64,10 @@ impl Producer {
             match self.connected(&shared, &name, &mut backoff).await {
                 Ok(()) => return Ok(()),
                 Err(err) => {
-                    shared.note_reconnect();
-                    if shared.options.verbose {
-                        eprintln!("ironbus-crash: {name}: {err:#}; reconnecting");
-                    }
-                    tokio::select! {
-                        () = backoff.wait() => {}
-                        _ = phase.wait_for(|p| *p == Phase::Aborted) => {}
-                    }
+                    let stop = |p: &Phase| *p == Phase::Aborted;
+                    shared
+                        .pause_before_reconnecting(&name, &err, &mut backoff, &mut phase, stop)
+                        .await;
                 }
             }
         }
