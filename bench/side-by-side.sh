@@ -11,7 +11,8 @@
 # Needs RabbitMQ with the AMQP 1.0 plugin from ../shared/peers (start-rabbitmq.sh; queues
 # `bench` and `bench-4x4`). Env: ROUNDS (5), MESSAGES (100000), OUT (side-by-side.jsonl),
 # PEERS (../shared/peers), TIMEOUT per run in seconds (60), PAUSE between runs (2),
-# CONFIGS ("P C MODE ACCEPT-BATCH" list, comma-separated), BROKERS ("rabbitmq memory rocksdb").
+# CONFIGS ("P C MODE ACCEPT-BATCH" list, comma-separated), BROKERS ("rabbitmq memory rocksdb"),
+# CLIENT (the load generator's AMQP client for every broker: wire, its own lean one, or fe2o3).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -21,6 +22,7 @@ MESSAGES="${MESSAGES:-100000}"
 OUT="${OUT:-side-by-side.jsonl}"
 TIMEOUT="${TIMEOUT:-60}"
 PAUSE="${PAUSE:-2}"
+CLIENT="${CLIENT:-wire}"
 WORK="$(mktemp -d)"
 MEM_PORT=5696
 ROCKS_PORT=5694
@@ -42,6 +44,8 @@ EOF
 PIDS=()
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  # A stopping server still writes to its data directory: wait before removing it.
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -87,7 +91,7 @@ for round in $(seq "$ROUNDS"); do
       /usr/bin/time -f "%U %S" -o "$WORK/client.time" "$BENCH" --url "$URL" "${AUTH[@]}" \
         --address "$ADDRESS" --producers "$P" --consumers "$C" --mode "$MODE" \
         --accept-batch "$BATCH" --messages "$MESSAGES" --size 1024 --durable --window 100 \
-        --credit 100 --timeout "$TIMEOUT" > "$WORK/run.json" 2> "$WORK/run.err" || true
+        --credit 100 --timeout "$TIMEOUT" --client "$CLIENT" > "$WORK/run.json" 2> "$WORK/run.err" || true
       AFTER="$(cpu_ticks "$PID")"
       python3 - "$round" "$broker" "$P" "$C" "$MODE" "$BATCH" "$LOAD" "$BEFORE" "$AFTER" \
           "$TICKS" "$WORK/client.time" "$WORK/run.json" >> "$OUT" <<'PY'
@@ -119,7 +123,8 @@ python3 - "$OUT" <<'PY'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 complete = [r for r in rows if r.get("received") == r.get("messages")]
-print("\nmedians over complete runs (range); ratio = ironbus / RabbitMQ")
+print("\nmedians over complete runs (range); ratio = ironbus / RabbitMQ; client",
+      rows[0].get("client", "?") if rows else "?")
 for config in dict.fromkeys(r["config"] for r in rows):
     medians = {}
     for broker in ("rabbitmq", "memory", "rocksdb"):

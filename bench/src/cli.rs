@@ -65,6 +65,11 @@ pub(crate) struct Options {
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     pub timeout: u64,
 
+    /// The AMQP client: `wire`, this tool's own lean client (one system call per burst,
+    /// hand-encoded transfers), or `fe2o3`, fe2o3-amqp's client (needed for `--cbs-key`)
+    #[arg(long, value_enum, default_value_t = Client::Wire)]
+    pub client: Client,
+
     /// SASL PLAIN credentials (for ironbus: `RootManageSharedAccessKey:<key>`)
     #[arg(long, value_name = "USER:PASS", conflicts_with = "cbs_key")]
     pub sasl_plain: Option<String>,
@@ -78,6 +83,24 @@ pub(crate) struct Options {
 impl Options {
     pub(crate) fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout)
+    }
+}
+
+/// Which AMQP client the producers and consumers use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Client {
+    /// This tool's lean client (`wire`).
+    Wire,
+    /// fe2o3-amqp's client.
+    Fe2o3,
+}
+
+impl Client {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Client::Wire => "wire",
+            Client::Fe2o3 => "fe2o3",
+        }
     }
 }
 
@@ -139,6 +162,15 @@ mod tests {
         let options = Options::try_parse_from(["ironbus-bench", "--accept-batch", "50"]).unwrap();
         assert_eq!(options.accept_batch, 50);
         assert!(Options::try_parse_from(["ironbus-bench", "--accept-batch", "0"]).is_err());
+    }
+
+    #[test]
+    fn the_lean_client_is_the_default_and_cbs_needs_fe2o3_at_run_time() {
+        let options = Options::try_parse_from(["ironbus-bench"]).unwrap();
+        assert_eq!(options.client, Client::Wire);
+        let options = Options::try_parse_from(["ironbus-bench", "--client", "fe2o3"]).unwrap();
+        assert_eq!(options.client.as_str(), "fe2o3");
+        assert!(Options::try_parse_from(["ironbus-bench", "--client", "other"]).is_err());
     }
 
     #[test]

@@ -36,6 +36,13 @@ enum Auth {
     },
 }
 
+/// How `--client wire` logs in.
+#[derive(Debug)]
+pub(crate) enum Login<'a> {
+    Anonymous,
+    Plain { username: &'a str, password: &'a str },
+}
+
 /// A connection with one session on it.
 #[derive(Debug)]
 pub(crate) struct Link {
@@ -82,6 +89,25 @@ impl Endpoint {
     /// The URL for reports, without a password.
     pub(crate) fn shown_url(&self) -> &str {
         &self.shown
+    }
+
+    /// `host:port` to connect to.
+    pub(crate) fn host_port(&self) -> &str {
+        &self.host_port
+    }
+
+    /// The host name, for the open frame and SASL.
+    pub(crate) fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The SASL login, for clients that do no `$cbs`.
+    pub(crate) fn login(&self) -> Result<Login<'_>> {
+        match &self.auth {
+            Auth::Anonymous => Ok(Login::Anonymous),
+            Auth::Plain { username, password } => Ok(Login::Plain { username, password }),
+            Auth::Cbs { .. } => bail!("$cbs (--cbs-key) needs --client fe2o3"),
+        }
     }
 
     /// Opens a connection (container id `container_id`) and a session on it; in CBS mode also

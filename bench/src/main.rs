@@ -1,5 +1,6 @@
-//! `ironbus-bench`: an AMQP 1.0 load generator on fe2o3-amqp's client, for ironbus and the peer
-//! brokers it is compared with (`cargo xtask bench amqp -- --help`).
+//! `ironbus-bench`: an AMQP 1.0 load generator for ironbus and the peer brokers it is compared
+//! with (`cargo xtask bench amqp -- --help`), on its own lean client (`wire`) or on fe2o3-amqp's
+//! (`producer`, `consumer`).
 //!
 //! Producers and consumers run concurrently, each on its own connection with one session and one
 //! link. Every body starts with its send time and the run's id (`payload`), so consumers measure
@@ -23,6 +24,7 @@ mod endpoint;
 mod payload;
 mod producer;
 mod report;
+mod wire;
 
 use std::{
     process::ExitCode,
@@ -39,7 +41,7 @@ use tokio::{
 };
 
 use crate::{
-    cli::Options,
+    cli::{Client, Options},
     consumer::{Consumer, ConsumerReport},
     endpoint::Endpoint,
     producer::{Producer, ProducerReport},
@@ -75,6 +77,38 @@ pub(crate) enum Phase {
     Complete,
     /// Timed out, or a link failed.
     Aborted,
+}
+
+/// A producer on either client.
+#[derive(Debug)]
+enum AnyProducer {
+    Fe2o3(Box<Producer>),
+    Wire(wire::Producer),
+}
+
+impl AnyProducer {
+    async fn run(self, run: Arc<Run>, phase: watch::Receiver<Phase>) -> Result<ProducerReport> {
+        match self {
+            AnyProducer::Fe2o3(producer) => producer.run(run, phase).await,
+            AnyProducer::Wire(producer) => producer.run(run, phase).await,
+        }
+    }
+}
+
+/// A consumer on either client.
+#[derive(Debug)]
+enum AnyConsumer {
+    Fe2o3(Box<Consumer>),
+    Wire(wire::Consumer),
+}
+
+impl AnyConsumer {
+    async fn run(self, run: Arc<Run>, phase: watch::Sender<Phase>) -> Result<ConsumerReport> {
+        match self {
+            AnyConsumer::Fe2o3(consumer) => consumer.run(run, phase).await,
+            AnyConsumer::Wire(consumer) => consumer.run(run, phase).await,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -168,14 +202,23 @@ async fn execute(options: Options) -> Result<Report> {
 }
 
 /// Attaches consumers first (so they are there when producers start), then producers.
-async fn attach_all(run: &Run) -> Result<(Vec<Consumer>, Vec<Producer>)> {
+async fn attach_all(run: &Run) -> Result<(Vec<AnyConsumer>, Vec<AnyProducer>)> {
     let mut consumers = Vec::new();
     for index in 0..run.options.consumers {
-        consumers.push(Consumer::attach(run, index).await?);
+        consumers.push(match run.options.client {
+            Client::Wire => AnyConsumer::Wire(wire::Consumer::attach(run, index).await?),
+            Client::Fe2o3 => AnyConsumer::Fe2o3(Box::new(Consumer::attach(run, index).await?)),
+        });
     }
     let mut producers = Vec::new();
     for index in 0..run.options.producers {
-        producers.push(Producer::attach(run, index, share(run, index)).await?);
+        let count = share(run, index);
+        producers.push(match run.options.client {
+            Client::Wire => AnyProducer::Wire(wire::Producer::attach(run, index, count).await?),
+            Client::Fe2o3 => {
+                AnyProducer::Fe2o3(Box::new(Producer::attach(run, index, count).await?))
+            }
+        });
     }
     Ok((consumers, producers))
 }
@@ -244,6 +287,7 @@ fn summarise(
         size: options.size,
         durable: options.durable,
         mode: options.mode.as_str(),
+        client: options.client.as_str(),
         window: options.window,
         credit: options.credit,
         messages: options.messages,

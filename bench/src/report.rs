@@ -14,6 +14,8 @@ pub(crate) struct Report {
     pub size: u32,
     pub durable: bool,
     pub mode: &'static str,
+    /// The AMQP client: `wire` or `fe2o3`.
+    pub client: &'static str,
     pub window: u32,
     pub credit: u32,
     /// Messages asked for.
@@ -95,6 +97,7 @@ mod tests {
             size: 1024,
             durable: true,
             mode: "peek-lock",
+            client: "wire",
             window: 100,
             credit: 100,
             messages: 10,

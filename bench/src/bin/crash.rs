@@ -23,6 +23,7 @@ mod completer;
 #[path = "../crash/consumer.rs"]
 mod consumer;
 #[path = "../endpoint.rs"]
+#[allow(dead_code, reason = "the lean client's login accessors are the load generator's")]
 mod endpoint;
 #[path = "../crash/ledger.rs"]
 mod ledger;

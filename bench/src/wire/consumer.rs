@@ -1,0 +1,251 @@
+//! A consumer on the lean client: one receiver link with credit granted in flows.
+
+use std::{
+    sync::{atomic::Ordering, Arc},
+    time::Instant,
+};
+
+use anyhow::{bail, Context, Result};
+use bytes::{Bytes, BytesMut};
+use fe2o3_amqp_types::{
+    definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode},
+    messaging::{Accepted, DeliveryState, Source, Target},
+    performatives::{Attach, Disposition, Flow, Performative, Transfer},
+};
+use ironbus_transport_amqp::frame;
+use tokio::sync::watch;
+
+use super::{first_data, Wire, CHANNEL, HANDLE, SESSION_WINDOW};
+use crate::{cli::Mode, consumer::ConsumerReport, payload, Phase, Run};
+
+/// A consumer, connected and attached with its credit granted, that has not received yet.
+#[derive(Debug)]
+pub(crate) struct Consumer {
+    wire: Wire,
+    /// The link's delivery count as the receiver sees it: the broker's initial count plus the
+    /// deliveries received.
+    delivery_count: u32,
+    /// A delivery whose transfer frames are still arriving: its id and the bytes so far.
+    partial: Option<(u32, bool, BytesMut)>,
+    /// Delivery ids received and not yet accepted (peek-lock), in order.
+    held: Vec<u32>,
+    /// Deliveries received since credit was last granted.
+    used: u32,
+}
+
+impl Consumer {
+    /// Connects consumer number `index` of the run, attaches its receiver to the address and
+    /// grants the credit.
+    pub(crate) async fn attach(run: &Run, index: u32) -> Result<Consumer> {
+        let name = format!("ironbus-bench-{:016x}-c{index}", run.id);
+        let mut wire = Wire::open(&run.endpoint, &name).await?;
+        let snd_settle_mode = match run.options.mode {
+            Mode::PeekLock => SenderSettleMode::Unsettled,
+            Mode::ReceiveAndDelete => SenderSettleMode::Settled,
+        };
+        let attach = Attach {
+            name: format!("{name}-receiver"),
+            handle: Handle(HANDLE),
+            role: Role::Receiver,
+            snd_settle_mode,
+            rcv_settle_mode: ReceiverSettleMode::First,
+            source: Some(Box::new(Source::builder().address(run.options.address.clone()).build())),
+            target: Some(Box::new(Target::builder().address(name.clone()).build().into())),
+            unsettled: None,
+            incomplete_unsettled: false,
+            initial_delivery_count: None,
+            max_message_size: None,
+            offered_capabilities: None,
+            desired_capabilities: None,
+            properties: None,
+        };
+        frame::write_performative(&mut wire.out, CHANNEL, &Performative::Attach(attach));
+        wire.flush().await?;
+        let delivery_count = wire
+            .attached(Role::Sender)
+            .await
+            .with_context(|| format!("{name}: attaching a receiver to {}", run.options.address))?;
+        let mut consumer =
+            Consumer { wire, delivery_count, partial: None, held: Vec::new(), used: 0 };
+        consumer.grant(run.options.credit);
+        consumer.wire.flush().await.with_context(|| format!("{name}: granting credit"))?;
+        Ok(consumer)
+    }
+
+    /// Receives (and in peek-lock mode accepts) until the run has received every message or is
+    /// aborted; then closes.
+    pub(crate) async fn run(
+        mut self,
+        run: Arc<Run>,
+        mut phase: watch::Sender<Phase>,
+    ) -> Result<ConsumerReport> {
+        let mut report = ConsumerReport::default();
+        let outcome = self.receive_all(&run, &mut phase, &mut report).await;
+        let name = self.wire.name.clone();
+        self.wire.close().await;
+        outcome.with_context(|| name)?;
+        Ok(report)
+    }
+
+    async fn receive_all(
+        &mut self,
+        run: &Run,
+        phase: &mut watch::Sender<Phase>,
+        report: &mut ConsumerReport,
+    ) -> Result<()> {
+        let credit = run.options.credit;
+        let top_up_after = (credit / 2).max(1);
+        let batch = run.options.accept_batch as usize;
+        let mut watcher = phase.subscribe();
+        loop {
+            if *watcher.borrow_and_update() != Phase::Running {
+                self.accept_held();
+                return self.wire.flush().await;
+            }
+            // Wait for a frame, then take every frame already buffered before answering.
+            let (performative, payload) = tokio::select! {
+                frame = self.wire.next_frame() => frame?,
+                _ = watcher.changed() => continue,
+            };
+            let mut next = Some((performative, payload));
+            while let Some((performative, payload)) = next.take() {
+                if let Some(body) = self.on_frame(performative, payload, batch)? {
+                    self.record(run, phase, report, &body);
+                }
+                if self.wire.reader.has_frame() {
+                    next = Some(self.wire.next_frame().await?);
+                }
+            }
+            // Whatever is held is accepted whenever nothing more is waiting.
+            self.accept_held();
+            if self.used >= top_up_after {
+                self.grant(credit);
+            }
+            self.wire.flush().await?;
+        }
+    }
+
+    /// Applies a frame; returns the message of a delivery it completed.
+    fn on_frame(
+        &mut self,
+        performative: Performative,
+        payload: Bytes,
+        batch: usize,
+    ) -> Result<Option<Bytes>> {
+        match performative {
+            Performative::Transfer(Transfer { delivery_id, settled, more, aborted, .. }) => {
+                self.wire.next_incoming_id = self.wire.next_incoming_id.wrapping_add(1);
+                let (id, settled, bytes) = match (self.partial.take(), delivery_id) {
+                    (Some((id, was_settled, mut bytes)), _) => {
+                        bytes.extend_from_slice(&payload);
+                        (id, was_settled || settled == Some(true), bytes)
+                    }
+                    (None, Some(id)) => (id, settled == Some(true), BytesMut::from(&payload[..])),
+                    (None, None) => bail!("a transfer without a delivery id opened a delivery"),
+                };
+                if aborted {
+                    return Ok(None);
+                }
+                if more {
+                    self.partial = Some((id, settled, bytes));
+                    return Ok(None);
+                }
+                self.delivery_count = self.delivery_count.wrapping_add(1);
+                self.used += 1;
+                if !settled {
+                    self.held.push(id);
+                    if self.held.len() >= batch {
+                        self.accept_held();
+                    }
+                }
+                Ok(Some(bytes.freeze()))
+            }
+            Performative::Flow(Flow { next_incoming_id, incoming_window, .. }) => {
+                self.wire.on_session_flow(next_incoming_id, incoming_window);
+                Ok(None)
+            }
+            Performative::Detach(detach) => {
+                bail!("the broker detached the link: {}", super::describe(detach.error.as_ref()))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Counts a received message and its latency; the consumer that receives the run's last
+    /// message completes the run.
+    fn record(
+        &self,
+        run: &Run,
+        phase: &mut watch::Sender<Phase>,
+        report: &mut ConsumerReport,
+        message: &[u8],
+    ) {
+        let received_at = payload::now_nanos();
+        match first_data(message).and_then(payload::read) {
+            Some(stamp) if stamp.run_id == run.id => {
+                let nanos = received_at.saturating_sub(stamp.sent_at);
+                report.latencies_us.push(nanos / 1_000);
+                let received = run.counters.received.fetch_add(1, Ordering::Relaxed) + 1;
+                if received == run.options.messages {
+                    report.completed_at = Some(Instant::now());
+                    phase.send_if_modified(|phase| {
+                        let running = *phase == Phase::Running;
+                        if running {
+                            *phase = Phase::Complete;
+                        }
+                        running
+                    });
+                }
+            }
+            _ => report.stale += 1,
+        }
+    }
+
+    /// Queues dispositions accepting the held deliveries, one per run of consecutive ids.
+    fn accept_held(&mut self) {
+        let mut at = 0;
+        while at < self.held.len() {
+            let first = self.held[at];
+            let mut last = first;
+            at += 1;
+            while at < self.held.len() && self.held[at] == last.wrapping_add(1) {
+                last = self.held[at];
+                at += 1;
+            }
+            let disposition = Disposition {
+                role: Role::Receiver,
+                first,
+                last: (last != first).then_some(last),
+                settled: true,
+                state: Some(DeliveryState::Accepted(Accepted {})),
+                batchable: false,
+            };
+            frame::write_performative(
+                &mut self.wire.out,
+                CHANNEL,
+                &Performative::Disposition(disposition),
+            );
+        }
+        self.held.clear();
+    }
+
+    /// Queues a flow granting `credit` from the current delivery count (and reopening the
+    /// session window).
+    fn grant(&mut self, credit: u32) {
+        let flow = Flow {
+            next_incoming_id: Some(self.wire.next_incoming_id),
+            incoming_window: SESSION_WINDOW,
+            next_outgoing_id: self.wire.next_outgoing_id,
+            outgoing_window: SESSION_WINDOW,
+            handle: Some(Handle(HANDLE)),
+            delivery_count: Some(self.delivery_count),
+            link_credit: Some(credit),
+            available: None,
+            drain: false,
+            echo: false,
+            properties: None,
+        };
+        frame::write_performative(&mut self.wire.out, CHANNEL, &Performative::Flow(flow));
+        self.used = 0;
+    }
+}
