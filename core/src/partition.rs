@@ -414,6 +414,9 @@ struct State {
     size_bytes: u64,
     /// Body bytes this partition holds counted in the [`BodyCache`].
     cached_bytes: u64,
+    /// Bodies below this sequence number have been range-deleted since the partition was
+    /// (re)built; above it, up to the lowest message, bodies may be left for the next sweep.
+    swept_to: SequenceNumber,
 }
 
 type Reply = Box<dyn FnOnce(&Result<(), BrokerError>) + Send + Sync>;
@@ -421,6 +424,12 @@ type ListReply = oneshot::Sender<Result<Vec<ReceivedMessage>>>;
 
 /// Bodies read ahead of the head of a backlog, when a delivery needs one from the store.
 const PREFETCH: usize = 256;
+
+/// How many sequence numbers of bodies left below every message one range delete removes (see
+/// `Partition::remove`). A point delete per body is one more memtable insert per message; a
+/// range delete per 1,024 keeps RocksDB's range tombstones few. At most this many bodies of
+/// settled messages per partition wait on disk (after a crash: until the first sweep).
+const BODY_SWEEP: i64 = 1024;
 
 /// Per-message counters of one cycle, added to the metrics at its end.
 #[derive(Debug, Default)]
@@ -576,6 +585,7 @@ impl Partition {
             );
             self.counter_dirty = false;
         }
+        self.sweep_bodies();
         // Bodies first: what this cycle deletes is still in the store until the write.
         let mut result = self.load_bodies().await;
         if result.is_ok() && !self.batch.is_empty() {
@@ -1344,14 +1354,44 @@ impl Partition {
         Some(entry)
     }
 
-    /// Deletes a message: its meta record, its body, and its share of the body cache.
+    /// Deletes a message: its meta record, its body, and its share of the body cache. A body
+    /// below every message left is not deleted here but by the next sweep (`sweep_bodies`),
+    /// with the others below it in one range delete; a body above one is deleted now.
     fn remove(&mut self, queue: SubQueue, seq: SequenceNumber) {
         let Some(entry) = self.take(queue, seq) else { return };
         if entry.counted {
             self.cx.cache.give_back(u64::from(entry.size));
             self.state.cached_bytes -= u64::from(entry.size);
         }
-        self.batch.delete(keys::body(self.cx.entity_id, self.cx.partition, seq));
+        if seq > self.lowest_live() {
+            self.batch.delete(keys::body(self.cx.entity_id, self.cx.partition, seq));
+        }
+    }
+
+    /// The lowest sequence number any message of this partition has, or the next one to be
+    /// given if it holds none: no body below it belongs to a message.
+    fn lowest_live(&self) -> SequenceNumber {
+        let lowest =
+            self.state.messages.iter().filter_map(|m| m.first_key_value()).map(|(s, _)| *s);
+        lowest.min().unwrap_or_else(|| {
+            SequenceNumber::new(self.partitioned, self.cx.partition, self.state.last_counter + 1)
+        })
+    }
+
+    /// Deletes, with one range delete, the bodies left below every message (see `remove`) once
+    /// they span [`BODY_SWEEP`] sequence numbers — in a cycle that writes anyway, so that a
+    /// cycle that only reads stays without a write.
+    fn sweep_bodies(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let lowest = self.lowest_live();
+        if lowest.0.saturating_sub(self.state.swept_to.0) < BODY_SWEEP {
+            return;
+        }
+        let (id, p) = (self.cx.entity_id, self.cx.partition);
+        self.batch.delete_range(keys::body(id, p, self.state.swept_to), keys::body(id, p, lowest));
+        self.state.swept_to = lowest;
     }
 
     /// Writes the entry's current meta record.
