@@ -38,6 +38,38 @@ pub(crate) struct ConsumerReport {
     pub completed_at: Option<Instant>,
 }
 
+impl ConsumerReport {
+    /// Counts a message received at `received_at` (nanoseconds since the Unix epoch) whose body
+    /// carried `stamp`: one of this run's adds its latency, and the consumer that receives the
+    /// run's last message completes the run; anything else is stale.
+    pub(crate) fn record(
+        &mut self,
+        run: &Run,
+        phase: &watch::Sender<Phase>,
+        stamp: Option<payload::Stamp>,
+        received_at: u64,
+    ) {
+        match stamp {
+            Some(stamp) if stamp.run_id == run.id => {
+                let nanos = received_at.saturating_sub(stamp.sent_at);
+                self.latencies_us.push(nanos / 1_000);
+                let received = run.counters.received.fetch_add(1, Ordering::Relaxed) + 1;
+                if received == run.options.messages {
+                    self.completed_at = Some(Instant::now());
+                    phase.send_if_modified(|phase| {
+                        let running = *phase == Phase::Running;
+                        if running {
+                            *phase = Phase::Complete;
+                        }
+                        running
+                    });
+                }
+            }
+            _ => self.stale += 1,
+        }
+    }
+}
+
 impl Consumer {
     /// Connects consumer number `index` of the run, attaches its receiver to the address and
     /// grants the credit.
@@ -127,24 +159,7 @@ impl Consumer {
                 self.receiver.set_credit(credit).await.context("topping up credit")?;
                 used = 0;
             }
-            match payload::read(&delivery.body().0) {
-                Some(stamp) if stamp.run_id == run.id => {
-                    let nanos = received_at.saturating_sub(stamp.sent_at);
-                    report.latencies_us.push(nanos / 1_000);
-                    let received = run.counters.received.fetch_add(1, Ordering::Relaxed) + 1;
-                    if received == run.options.messages {
-                        report.completed_at = Some(Instant::now());
-                        phase.send_if_modified(|phase| {
-                            let running = *phase == Phase::Running;
-                            if running {
-                                *phase = Phase::Complete;
-                            }
-                            running
-                        });
-                    }
-                }
-                _ => report.stale += 1,
-            }
+            report.record(run, phase, payload::read(&delivery.body().0), received_at);
         }
     }
 

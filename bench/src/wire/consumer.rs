@@ -1,21 +1,18 @@
 //! A consumer on the lean client: one receiver link with credit granted in flows.
 
-use std::{
-    sync::{atomic::Ordering, Arc},
-    time::Instant,
-};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use bytes::{Bytes, BytesMut};
 use fe2o3_amqp_types::{
-    definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode},
-    messaging::{Accepted, DeliveryState, Source, Target},
-    performatives::{Attach, Disposition, Flow, Performative, Transfer},
+    definitions::{Handle, Role, SenderSettleMode},
+    messaging::{Accepted, DeliveryState},
+    performatives::{Disposition, Flow, Performative, Transfer},
 };
 use ironbus_transport_amqp::frame;
 use tokio::sync::watch;
 
-use super::{first_data, Wire, CHANNEL, HANDLE, SESSION_WINDOW};
+use super::{first_data, Link, Wire, CHANNEL, HANDLE, SESSION_WINDOW};
 use crate::{cli::Mode, consumer::ConsumerReport, payload, Phase, Run};
 
 /// A consumer, connected and attached with its credit granted, that has not received yet.
@@ -43,26 +40,15 @@ impl Consumer {
             Mode::PeekLock => SenderSettleMode::Unsettled,
             Mode::ReceiveAndDelete => SenderSettleMode::Settled,
         };
-        let attach = Attach {
+        let link = Link {
             name: format!("{name}-receiver"),
-            handle: Handle(HANDLE),
             role: Role::Receiver,
             snd_settle_mode,
-            rcv_settle_mode: ReceiverSettleMode::First,
-            source: Some(Box::new(Source::builder().address(run.options.address.clone()).build())),
-            target: Some(Box::new(Target::builder().address(name.clone()).build().into())),
-            unsettled: None,
-            incomplete_unsettled: false,
-            initial_delivery_count: None,
-            max_message_size: None,
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
+            source: run.options.address.clone(),
+            target: name.clone(),
         };
-        frame::write_performative(&mut wire.out, CHANNEL, &Performative::Attach(attach));
-        wire.flush().await?;
         let delivery_count = wire
-            .attached(Role::Sender)
+            .attach(link)
             .await
             .with_context(|| format!("{name}: attaching a receiver to {}", run.options.address))?;
         let mut consumer =
@@ -109,8 +95,14 @@ impl Consumer {
             };
             let mut next = Some((performative, payload));
             while let Some((performative, payload)) = next.take() {
-                if let Some(body) = self.on_frame(performative, payload, batch)? {
-                    self.record(run, phase, report, &body);
+                if let Some(message) = self.on_frame(performative, payload, batch)? {
+                    let received_at = payload::now_nanos();
+                    report.record(
+                        run,
+                        phase,
+                        first_data(&message).and_then(payload::read),
+                        received_at,
+                    );
                 }
                 if self.wire.reader.has_frame() {
                     next = Some(self.wire.next_frame().await?);
@@ -168,36 +160,6 @@ impl Consumer {
                 bail!("the broker detached the link: {}", super::describe(detach.error.as_ref()))
             }
             _ => Ok(None),
-        }
-    }
-
-    /// Counts a received message and its latency; the consumer that receives the run's last
-    /// message completes the run.
-    fn record(
-        &self,
-        run: &Run,
-        phase: &mut watch::Sender<Phase>,
-        report: &mut ConsumerReport,
-        message: &[u8],
-    ) {
-        let received_at = payload::now_nanos();
-        match first_data(message).and_then(payload::read) {
-            Some(stamp) if stamp.run_id == run.id => {
-                let nanos = received_at.saturating_sub(stamp.sent_at);
-                report.latencies_us.push(nanos / 1_000);
-                let received = run.counters.received.fetch_add(1, Ordering::Relaxed) + 1;
-                if received == run.options.messages {
-                    report.completed_at = Some(Instant::now());
-                    phase.send_if_modified(|phase| {
-                        let running = *phase == Phase::Running;
-                        if running {
-                            *phase = Phase::Complete;
-                        }
-                        running
-                    });
-                }
-            }
-            _ => report.stale += 1,
         }
     }
 

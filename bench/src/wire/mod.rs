@@ -23,8 +23,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use bytes::BytesMut;
 use fe2o3_amqp::frames::sasl;
 use fe2o3_amqp_types::{
-    definitions::{self, Handle, Role},
-    performatives::{Begin, Close, Detach, End, Open, Performative},
+    definitions::{self, Handle, ReceiverSettleMode, Role, SenderSettleMode},
+    messaging::{Source, Target},
+    performatives::{Attach, Begin, Close, Detach, End, Open, Performative},
     primitives::{Binary, Symbol},
     sasl::{SaslCode, SaslInit},
 };
@@ -51,6 +52,18 @@ const CHANNEL: u16 = 0;
 const HANDLE: u32 = 0;
 /// How long closing waits for the broker's `close`.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// The link a producer or consumer attaches: rcv-settle-mode first, handle 0.
+#[derive(Debug)]
+struct Link {
+    name: String,
+    /// Our role.
+    role: Role,
+    snd_settle_mode: SenderSettleMode,
+    /// The addresses of the source and the target.
+    source: String,
+    target: String,
+}
 
 /// One connection with one session on it.
 #[derive(Debug)]
@@ -216,6 +229,35 @@ impl Wire {
 
     async fn next_performative(&mut self) -> Result<Performative> {
         Ok(self.next_frame().await?.0)
+    }
+
+    /// Attaches the connection's one link and waits for the broker's answer; returns the
+    /// broker's initial delivery count (what a receiver counts deliveries from).
+    async fn attach(&mut self, link: Link) -> Result<u32> {
+        let ours = link.role.clone();
+        let attach = Attach {
+            name: link.name,
+            handle: Handle(HANDLE),
+            role: link.role,
+            snd_settle_mode: link.snd_settle_mode,
+            rcv_settle_mode: ReceiverSettleMode::First,
+            source: Some(Box::new(Source::builder().address(link.source).build())),
+            target: Some(Box::new(Target::builder().address(link.target).build().into())),
+            unsettled: None,
+            incomplete_unsettled: false,
+            initial_delivery_count: (ours == Role::Sender).then_some(0),
+            max_message_size: None,
+            offered_capabilities: None,
+            desired_capabilities: None,
+            properties: None,
+        };
+        frame::write_performative(&mut self.out, CHANNEL, &Performative::Attach(attach));
+        self.flush().await?;
+        let theirs = match ours {
+            Role::Sender => Role::Receiver,
+            Role::Receiver => Role::Sender,
+        };
+        self.attached(theirs).await
     }
 
     /// The broker's answer to our attach, in the `role` opposite ours; returns its initial

@@ -9,14 +9,14 @@ use std::{
 use anyhow::{bail, Context, Result};
 use bytes::{BufMut, Bytes, BytesMut};
 use fe2o3_amqp_types::{
-    definitions::{DeliveryTag, Handle, ReceiverSettleMode, Role, SenderSettleMode},
-    messaging::{DeliveryState, Source, Target},
-    performatives::{Attach, Disposition, Flow, Performative, Transfer},
+    definitions::{DeliveryTag, Handle, Role, SenderSettleMode},
+    messaging::DeliveryState,
+    performatives::{Disposition, Flow, Performative, Transfer},
 };
 use ironbus_transport_amqp::frame;
 use tokio::sync::watch;
 
-use super::{Wire, CHANNEL, HANDLE};
+use super::{Link, Wire, CHANNEL, HANDLE};
 use crate::{payload, producer::ProducerReport, Phase, Run};
 
 /// The header section of a durable message: `header` with `durable = true`.
@@ -42,27 +42,14 @@ impl Producer {
     pub(crate) async fn attach(run: &Run, index: u32, count: u64) -> Result<Producer> {
         let name = format!("ironbus-bench-{:016x}-p{index}", run.id);
         let mut wire = Wire::open(&run.endpoint, &name).await?;
-        let attach = Attach {
+        let link = Link {
             name: format!("{name}-sender"),
-            handle: Handle(HANDLE),
             role: Role::Sender,
             snd_settle_mode: SenderSettleMode::Unsettled,
-            rcv_settle_mode: ReceiverSettleMode::First,
-            source: Some(Box::new(Source::builder().address(name.clone()).build())),
-            target: Some(Box::new(
-                Target::builder().address(run.options.address.clone()).build().into(),
-            )),
-            unsettled: None,
-            incomplete_unsettled: false,
-            initial_delivery_count: Some(0),
-            max_message_size: None,
-            offered_capabilities: None,
-            desired_capabilities: None,
-            properties: None,
+            source: name.clone(),
+            target: run.options.address.clone(),
         };
-        frame::write_performative(&mut wire.out, CHANNEL, &Performative::Attach(attach));
-        wire.flush().await?;
-        wire.attached(Role::Receiver)
+        wire.attach(link)
             .await
             .with_context(|| format!("{name}: attaching a sender to {}", run.options.address))?;
         Ok(Producer { wire, count, delivery_count: 0, credit_limit: 0 })
