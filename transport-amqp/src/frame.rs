@@ -6,14 +6,17 @@
 //! session transfer ids stay exact), and keep transfer payloads as received bytes.
 //!
 //! **Architecture Invariant:** nothing here panics on input: every length is checked before it
-//! is used, and malformed input is a [`FrameError`] that closes the connection.
+//! is used, and malformed input is a [`FrameError`] that closes the connection. A performative
+//! reaches `serde_amqp` only as a slice that [`guard::check_value`] has passed, so no declared
+//! length or count makes the decoder allocate more than the frame carries.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use fe2o3_amqp::frames::sasl;
 use fe2o3_amqp_types::performatives::{Performative, Transfer};
-use serde::{Deserialize, Serialize};
-use serde_amqp::read::IoReader;
+use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::guard::{self, Limits};
 
 /// Frame type of AMQP frames.
 const TYPE_AMQP: u8 = 0x00;
@@ -153,15 +156,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         if frame.is_empty() {
             return Ok(InFrame::Empty);
         }
+        // Every length and count in the performative is checked against the frame before
+        // `serde_amqp` sees it (see `guard`); the payload after it is the message codec's.
+        let end = guard::check_value(&frame, Limits::PERFORMATIVE)
+            .map_err(|e| FrameError::Decode(e.to_string()))?;
+        let body = frame.split_to(end).freeze();
         match kind {
             TYPE_AMQP => {
-                let body = frame.clone().freeze();
-                let decoded = {
-                    let reader = IoReader::new((&mut frame).reader());
-                    let mut de = serde_amqp::de::Deserializer::new(reader);
-                    Performative::deserialize(&mut de)
-                };
-                let performative = match decoded {
+                let performative = match serde_amqp::from_slice::<Performative>(&body) {
                     Ok(p) => p,
                     Err(e) => lenient::disposition(&body)
                         .ok_or_else(|| FrameError::Decode(e.to_string()))?,
@@ -173,9 +175,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 })
             }
             TYPE_SASL => {
-                let reader = IoReader::new((&mut frame).reader());
-                let mut de = serde_amqp::de::Deserializer::new(reader);
-                let sasl = sasl::Frame::deserialize(&mut de)
+                let sasl = serde_amqp::from_slice::<sasl::Frame>(&body)
                     .map_err(|e| FrameError::Decode(e.to_string()))?;
                 Ok(InFrame::Sasl(sasl))
             }

@@ -14,6 +14,7 @@ pub mod codec;
 pub mod connection;
 pub mod error;
 pub mod frame;
+pub mod guard;
 pub mod management;
 pub mod request;
 

@@ -9,6 +9,7 @@ use fe2o3_amqp_types::messaging::{
 use fe2o3_amqp_types::primitives::{OrderedMap, SimpleValue, Value};
 
 use crate::error::WireError;
+use crate::guard::{self, Limits};
 
 /// A decoded request.
 #[derive(Debug, Clone)]
@@ -21,6 +22,9 @@ pub struct Request {
 
 impl Request {
     pub fn decode(payload: &[u8]) -> Result<Request, WireError> {
+        guard::check_values(payload, Limits::message(payload.len())).map_err(|e| {
+            WireError::new("amqp:decode-error", 400, format!("cannot decode request: {e}"))
+        })?;
         let Deserializable(message): Deserializable<Message<Body<Value>>> =
             serde_amqp::from_slice(payload).map_err(|e| {
                 WireError::new("amqp:decode-error", 400, format!("cannot decode request: {e}"))
