@@ -4,6 +4,8 @@
 //!
 //! `cargo xtask bench core [--messages N] [--size BYTES] [--credit N] [--window N] [--scenario PxC ...]`
 
+#![allow(clippy::disallowed_methods, reason = "a benchmark measures wall time")]
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -45,6 +45,17 @@ pub(crate) struct ReceiverShared {
 }
 
 impl ReceiverShared {
+    pub(crate) fn new(id: u64, mode: ReceiveMode, queue: SubQueue) -> Self {
+        ReceiverShared {
+            id,
+            mode,
+            queue,
+            state: Mutex::new(ReceiverState::default()),
+            arrived: Notify::new(),
+            settled: Notify::new(),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, ReceiverState> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -94,6 +105,19 @@ impl ReceiverShared {
         !s.closed && s.credit > 0
     }
 
+    /// Allows `n` more deliveries (a test's stand-in for [`Receiver::add_credit`]).
+    #[cfg(test)]
+    pub(crate) fn grant(&self, n: u32) {
+        let mut s = self.lock();
+        s.credit = s.credit.saturating_add(n);
+    }
+
+    /// Takes every message delivered so far.
+    #[cfg(test)]
+    pub(crate) fn take_buffered(&self) -> Vec<ReceivedMessage> {
+        self.lock().buffer.drain(..).collect()
+    }
+
     pub(crate) fn close(&self) {
         let watcher = {
             let mut s = self.lock();
@@ -135,14 +159,7 @@ impl Receiver {
         mode: ReceiveMode,
         queue: SubQueue,
     ) -> Self {
-        let shared = Arc::new(ReceiverShared {
-            id,
-            mode,
-            queue,
-            state: Mutex::new(ReceiverState::default()),
-            arrived: Notify::new(),
-            settled: Notify::new(),
-        });
+        let shared = Arc::new(ReceiverShared::new(id, mode, queue));
         for partition in &entity.partitions {
             partition.send(Command::Attach(shared.clone()));
         }

@@ -19,6 +19,7 @@ impl TempDir {
     ///
     /// # Panics
     /// When the directory cannot be created.
+    #[allow(clippy::disallowed_methods, reason = "the time only makes the directory's name unique")]
     pub fn new(label: &str) -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());

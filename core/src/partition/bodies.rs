@@ -1,0 +1,226 @@
+//! Message bodies: the broker-wide [`BodyCache`], messages on their way out ([`Outgoing`])
+//! before their bodies are known, and the choice of which bodies a cycle reads from the store.
+//!
+//! Deliveries, peeks and deferred receives read missing bodies *before* the cycle's write (so
+//! even a message deleted in that cycle is still readable), prefetching ahead of the head of a
+//! backlog while the cache has room.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::index::Entry;
+use super::state::PartitionState;
+use crate::message::ReceivedMessage;
+use crate::message::{ApplicationProperties, BrokerProperties, Message, MessageLock};
+use crate::metrics as m;
+use crate::store::StoreError;
+use crate::types::{PartitionId, SequenceNumber, SubQueue};
+
+/// Bodies read ahead of the head of a backlog, when a delivery needs one from the store.
+const PREFETCH: usize = 256;
+
+/// How many body bytes the partitions of one broker keep in memory, together.
+///
+/// A message's body is stored once, in its body record; a partition keeps it in memory only
+/// while the cache has room (new messages first take what is free; deliveries from a backlog
+/// read bodies back from the store, prefetching ahead). What is cached is counted here, so a
+/// backlog of any length costs memory only for its index.
+#[derive(Debug)]
+pub(crate) struct BodyCache {
+    budget: u64,
+    used: AtomicU64,
+}
+
+impl BodyCache {
+    pub(crate) fn new(budget: u64) -> Self {
+        Self { budget, used: AtomicU64::new(0) }
+    }
+
+    /// Takes `n` bytes of the budget, if that many are free.
+    pub(crate) fn try_take(&self, n: u64) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used + n <= self.budget).then_some(used + n)
+            })
+            .is_ok()
+    }
+
+    pub(crate) fn give_back(&self, n: u64) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Bytes cached now, by every partition.
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+/// A message on its way out (a delivery, a peek, a deferred receive) before its body is known.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub(crate) broker: BrokerProperties,
+    pub(crate) lock: Option<MessageLock>,
+    pub(crate) body: Option<Arc<Message>>,
+    pub(crate) modified_properties: Option<ApplicationProperties>,
+}
+
+impl Outgoing {
+    /// What goes out for the message `entry` indexes; its body may still have to be read.
+    pub(crate) fn of(
+        entry: &Entry,
+        seq: SequenceNumber,
+        partition: PartitionId,
+        lock: Option<MessageLock>,
+    ) -> Outgoing {
+        let meta = entry.meta(seq);
+        Outgoing {
+            broker: BrokerProperties {
+                sequence_number: seq,
+                enqueued_sequence_number: meta.enqueued_sequence_number,
+                enqueued_time: meta.enqueued_time,
+                partition_id: partition,
+                delivery_count: meta.delivery_count,
+                state: meta.state,
+                expires_at: meta.expires_at,
+                dead_letter_source: meta.dead_letter_source,
+                dead_letter_reason: meta.dead_letter_reason,
+                dead_letter_error_description: meta.dead_letter_error_description,
+            },
+            lock,
+            body: entry.body.clone(),
+            modified_properties: Some(meta.modified_properties).filter(|p| !p.is_empty()),
+        }
+    }
+
+    /// The received message, once the body is there (bodies are loaded before a cycle that
+    /// went well completes).
+    pub(crate) fn finish(self) -> ReceivedMessage {
+        let body = self.body.expect("bodies are loaded before a cycle ends well");
+        let message = match self.modified_properties {
+            None => body,
+            Some(props) => {
+                let mut message = (*body).clone();
+                message.application_properties.extend(props);
+                message.application_properties_modified = true;
+                Arc::new(message)
+            }
+        };
+        ReceivedMessage { message, broker: self.broker, lock: self.lock }
+    }
+}
+
+/// The bodies a cycle reads from the store.
+#[derive(Debug)]
+pub(crate) struct BodyReads {
+    /// What this cycle's outgoing messages need (sorted, unique): missing one is corruption.
+    needed: Vec<SequenceNumber>,
+    /// Read ahead for the cache, in delivery order.
+    ahead: Vec<(SubQueue, SequenceNumber)>,
+    /// Everything to read (sorted, unique).
+    pub(crate) wanted: Vec<SequenceNumber>,
+}
+
+impl PartitionState {
+    /// Caches `body` in the entry if the budget allows. True if it did.
+    fn try_cache(&mut self, queue: SubQueue, seq: SequenceNumber, body: &Arc<Message>) -> bool {
+        let Some(entry) = self.index.messages[queue].get_mut(&seq) else { return false };
+        if entry.body.is_some() || !self.cache.try_take(u64::from(entry.size)) {
+            return false;
+        }
+        entry.body = Some(body.clone());
+        entry.counted = true;
+        self.cached_bytes += u64::from(entry.size);
+        true
+    }
+
+    /// Gives back the cache share of an entry leaving memory (deleted, or dead-lettered).
+    pub(crate) fn uncache(&mut self, entry: &mut Entry) {
+        if std::mem::take(&mut entry.counted) {
+            self.cache.give_back(u64::from(entry.size));
+            self.cached_bytes -= u64::from(entry.size);
+        }
+    }
+
+    /// Gives the partition's share of the body cache back (the state holding it is going).
+    pub(crate) fn release_cache(&mut self) {
+        self.cache.give_back(std::mem::take(&mut self.cached_bytes));
+    }
+
+    /// Drops the bodies of this cycle's messages that did not fit the cache (after the write:
+    /// until then deliveries may need them).
+    pub(crate) fn drop_transient_bodies(&mut self) {
+        for (queue, seq) in self.fx.transient.drain(..) {
+            if let Some(entry) = self.index.messages[queue].get_mut(&seq) {
+                if !entry.counted {
+                    entry.body = None;
+                }
+            }
+        }
+    }
+
+    /// The bodies this cycle's deliveries, peeks and deferred receives need and the cache did
+    /// not hold, and, for a backlog being delivered, the bodies of the next available messages.
+    /// `None` if nothing is missing.
+    pub(crate) fn body_reads(&self) -> Option<BodyReads> {
+        let fx = &self.fx;
+        let mut needed: Vec<SequenceNumber> = fx
+            .deliveries
+            .iter()
+            .map(|(_, o)| o)
+            .chain(fx.lists.iter().filter_map(|(_, l)| l.as_ref().ok()).flatten())
+            .filter(|o| o.body.is_none())
+            .map(|o| o.broker.sequence_number)
+            .collect();
+        if needed.is_empty() {
+            return None;
+        }
+        let delivering = fx.deliveries.iter().any(|(_, o)| o.body.is_none());
+        let mut ahead = Vec::new();
+        if delivering {
+            for (queue, available) in self.index.available.iter() {
+                for &seq in available.iter().take(PREFETCH) {
+                    if self.index.entry(queue, seq).is_some_and(|e| e.body.is_none()) {
+                        ahead.push((queue, seq));
+                    }
+                }
+            }
+        }
+        let mut wanted: Vec<SequenceNumber> =
+            needed.iter().copied().chain(ahead.iter().map(|&(_, s)| s)).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        needed.sort_unstable();
+        needed.dedup();
+        Some(BodyReads { needed, ahead, wanted })
+    }
+
+    /// Puts the bodies read for `reads` where they are needed and caches the ones read ahead.
+    pub(crate) fn fill_bodies(
+        &mut self,
+        reads: BodyReads,
+        loaded: &HashMap<SequenceNumber, Arc<Message>>,
+    ) -> Result<(), StoreError> {
+        for &seq in &reads.needed {
+            if !loaded.contains_key(&seq) {
+                return Err(StoreError::corrupted(format!("the body of message {seq} is missing")));
+            }
+        }
+        metrics::counter!(m::BODIES_READ_TOTAL).increment(loaded.len() as u64);
+        let fill = |o: &mut Outgoing| {
+            if o.body.is_none() {
+                o.body = loaded.get(&o.broker.sequence_number).cloned();
+            }
+        };
+        self.fx.deliveries.iter_mut().for_each(|(_, o)| fill(o));
+        self.fx.lists.iter_mut().filter_map(|(_, l)| l.as_mut().ok()).flatten().for_each(fill);
+        for (queue, seq) in reads.ahead {
+            if let Some(body) = loaded.get(&seq) {
+                if !self.try_cache(queue, seq, body) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,105 @@
+//! [`Effects`]: what a cycle of [`PartitionState`](super::state::PartitionState) decided and
+//! the actor carries out once the cycle's write is done — the records to write (the
+//! [`Journal`]), deliveries, answers and replies. The buffers are kept from cycle to cycle.
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::bodies::Outgoing;
+use super::journal::Journal;
+use super::tally::Tally;
+use crate::error::{BrokerError, Result};
+use crate::message::ReceivedMessage;
+use crate::receiver::ReceiverShared;
+use crate::types::{SequenceNumber, SubQueue};
+
+/// A reply waiting for the cycle's write: it answers with the write's error if that failed.
+pub(crate) type Reply = Box<dyn FnOnce(&Result<(), BrokerError>) + Send + Sync>;
+/// Where a peek or a deferred receive is answered.
+pub(crate) type ListReply = oneshot::Sender<Result<Vec<ReceivedMessage>>>;
+
+pub(crate) struct Effects {
+    /// The records this cycle changed, written as one batch.
+    pub(crate) journal: Journal,
+    /// Messages handed to receivers (their credit reserved), sent once written.
+    pub(crate) deliveries: Vec<(Arc<ReceiverShared>, Outgoing)>,
+    /// Peeks and deferred receives, answered after their bodies are loaded.
+    pub(crate) lists: Vec<(ListReply, Result<Vec<Outgoing>>)>,
+    pub(crate) replies: Vec<Reply>,
+    pub(crate) drains: Vec<oneshot::Sender<()>>,
+    /// Messages stored this cycle whose bodies did not fit the cache: dropped after the write.
+    pub(crate) transient: Vec<(SubQueue, SequenceNumber)>,
+    /// Whether the cycle must read from the store even if it writes nothing (counts are asked
+    /// for: they must fail while the store does).
+    pub(crate) probe: bool,
+    /// Messages in, out and settled this cycle.
+    pub(crate) tally: Tally,
+}
+
+impl Effects {
+    pub(crate) fn new(journal: Journal) -> Self {
+        Effects {
+            journal,
+            deliveries: Vec::new(),
+            lists: Vec::new(),
+            replies: Vec::new(),
+            drains: Vec::new(),
+            transient: Vec::new(),
+            probe: false,
+            tally: Tally::default(),
+        }
+    }
+
+    /// Queues a reply to be sent after the cycle's write: `answer` if the write succeeded,
+    /// the write's error otherwise.
+    pub(crate) fn reply<T: Send + Sync + 'static>(
+        &mut self,
+        tx: oneshot::Sender<Result<T>>,
+        answer: Result<T>,
+    ) {
+        self.replies.push(Box::new(move |written: &Result<(), BrokerError>| {
+            let _ = tx.send(match written {
+                Ok(()) => answer,
+                Err(e) => Err(e.clone()),
+            });
+        }));
+    }
+
+    /// Hands over the deliveries and sends the answers and replies of the cycle, whose write
+    /// came to `result` (bodies are loaded if it is `Ok`). Deliveries of a failed cycle give
+    /// their credit back.
+    pub(crate) fn complete(&mut self, result: &Result<(), BrokerError>) {
+        for (receiver, outgoing) in self.deliveries.drain(..) {
+            if result.is_ok() {
+                receiver.deliver(outgoing.finish());
+            } else {
+                receiver.cancel_reservation();
+            }
+        }
+        for (reply, answer) in self.lists.drain(..) {
+            let answer = match result {
+                Ok(()) => answer.map(|list| list.into_iter().map(Outgoing::finish).collect()),
+                Err(e) => Err(e.clone()),
+            };
+            let _ = reply.send(answer);
+        }
+        for reply in self.replies.drain(..) {
+            reply(result);
+        }
+        for drain in self.drains.drain(..) {
+            let _ = drain.send(());
+        }
+    }
+}
+
+impl std::fmt::Debug for Effects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Effects")
+            .field("journal", &self.journal)
+            .field("deliveries", &self.deliveries.len())
+            .field("lists", &self.lists.len())
+            .field("replies", &self.replies.len())
+            .finish_non_exhaustive()
+    }
+}

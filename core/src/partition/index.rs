@@ -1,0 +1,192 @@
+//! [`Index`]: what a partition keeps in memory of its messages — an [`Entry`] per message and
+//! sub-queue, and the sets that order them (available, scheduled, expiring).
+//!
+//! **Architecture Invariant:** memory holds an index, not the messages. An entry is small
+//! (times, counts, state); the body stays only while the broker-wide body cache has room.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use super::sub_queues::SubQueues;
+use crate::codec::MessageMeta;
+use crate::message::{ApplicationProperties, Message, MessageLock, MessageState};
+use crate::types::{SequenceNumber, SubQueue, Timestamp};
+
+/// Expiry times at or after this (year 10000) mean "never" for indexing: Service Bus's default
+/// time to live (`TimeSpan.MaxValue`) ends far beyond it.
+pub(crate) const NEVER_EXPIRES: Timestamp = Timestamp::from_millis(253_402_300_800_000);
+
+/// A message in the partition's index. Kept small: a backlog of a million messages costs a
+/// million of these, while bodies stay in the store (see `BodyCache`).
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) enqueued_time: Timestamp,
+    pub(crate) expires_at: Timestamp,
+    pub(crate) delivery_count: u32,
+    pub(crate) size: u32,
+    pub(crate) state: MessageState,
+    /// Whether `body` is counted in the `BodyCache` (else it is held only until the end of the
+    /// cycle that stored it).
+    pub(crate) counted: bool,
+    pub(crate) body: Option<Arc<Message>>,
+    /// The lock and the rarely set parts of the meta record.
+    pub(crate) aux: Option<Box<Aux>>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Aux {
+    pub(crate) lock: Option<MessageLock>,
+    pub(crate) enqueued_sequence_number: Option<SequenceNumber>,
+    pub(crate) dead_letter_source: Option<String>,
+    pub(crate) dead_letter_reason: Option<String>,
+    pub(crate) dead_letter_error_description: Option<String>,
+    pub(crate) modified_properties: ApplicationProperties,
+}
+
+impl Aux {
+    fn is_empty(&self) -> bool {
+        self.lock.is_none()
+            && self.enqueued_sequence_number.is_none()
+            && self.dead_letter_source.is_none()
+            && self.dead_letter_reason.is_none()
+            && self.dead_letter_error_description.is_none()
+            && self.modified_properties.is_empty()
+    }
+}
+
+impl Entry {
+    pub(crate) fn from_meta(seq: SequenceNumber, meta: MessageMeta) -> Entry {
+        let mut entry = Entry {
+            enqueued_time: meta.enqueued_time,
+            expires_at: meta.expires_at,
+            delivery_count: meta.delivery_count,
+            size: meta.size,
+            state: meta.state,
+            counted: false,
+            body: None,
+            aux: None,
+        };
+        let aux = Aux {
+            lock: None,
+            enqueued_sequence_number: (meta.enqueued_sequence_number != seq)
+                .then_some(meta.enqueued_sequence_number),
+            dead_letter_source: meta.dead_letter_source,
+            dead_letter_reason: meta.dead_letter_reason,
+            dead_letter_error_description: meta.dead_letter_error_description,
+            modified_properties: meta.modified_properties,
+        };
+        if !aux.is_empty() {
+            entry.aux = Some(Box::new(aux));
+        }
+        entry
+    }
+
+    /// The meta record of this entry.
+    pub(crate) fn meta(&self, seq: SequenceNumber) -> MessageMeta {
+        let aux = self.aux.as_deref();
+        MessageMeta {
+            enqueued_sequence_number: aux.and_then(|a| a.enqueued_sequence_number).unwrap_or(seq),
+            enqueued_time: self.enqueued_time,
+            size: self.size,
+            delivery_count: self.delivery_count,
+            state: self.state,
+            expires_at: self.expires_at,
+            dead_letter_source: aux.and_then(|a| a.dead_letter_source.clone()),
+            dead_letter_reason: aux.and_then(|a| a.dead_letter_reason.clone()),
+            dead_letter_error_description: aux
+                .and_then(|a| a.dead_letter_error_description.clone()),
+            modified_properties: aux.map(|a| a.modified_properties.clone()).unwrap_or_default(),
+        }
+    }
+
+    pub(crate) fn aux_mut(&mut self) -> &mut Aux {
+        self.aux.get_or_insert_with(Box::default)
+    }
+
+    pub(crate) fn lock(&self) -> Option<MessageLock> {
+        self.aux.as_ref().and_then(|a| a.lock)
+    }
+
+    pub(crate) fn take_lock(&mut self) -> Option<MessageLock> {
+        let aux = self.aux.as_mut()?;
+        let lock = aux.lock.take();
+        if aux.is_empty() {
+            self.aux = None;
+        }
+        lock
+    }
+
+    /// When a scheduled message comes due.
+    pub(crate) fn scheduled_at(&self) -> Option<Timestamp> {
+        (self.state == MessageState::Scheduled).then_some(self.enqueued_time)
+    }
+
+    /// Merges "properties to modify" into the properties the broker lays over the message's
+    /// own.
+    pub(crate) fn merge_properties(&mut self, properties: ApplicationProperties) {
+        if properties.is_empty() {
+            return;
+        }
+        self.aux_mut().modified_properties.extend(properties);
+    }
+}
+
+/// The messages of a partition and the orders they are taken in.
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    pub(crate) messages: SubQueues<BTreeMap<SequenceNumber, Entry>>,
+    /// Unlocked active messages, per sub-queue, in sequence order.
+    pub(crate) available: SubQueues<BTreeSet<SequenceNumber>>,
+    /// Scheduled messages of the main queue by due time.
+    pub(crate) scheduled: BTreeSet<(Timestamp, SequenceNumber)>,
+    /// Messages of the main queue that expire, by expiry time.
+    pub(crate) expiring: BTreeSet<(Timestamp, SequenceNumber)>,
+    /// The sizes of every message, together.
+    pub(crate) size_bytes: u64,
+}
+
+impl Index {
+    pub(crate) fn entry(&self, queue: SubQueue, seq: SequenceNumber) -> Option<&Entry> {
+        self.messages[queue].get(&seq)
+    }
+
+    pub(crate) fn entry_mut(&mut self, queue: SubQueue, seq: SequenceNumber) -> Option<&mut Entry> {
+        self.messages[queue].get_mut(&seq)
+    }
+
+    /// Adds an unlocked entry, indexed for its state.
+    pub(crate) fn insert(&mut self, queue: SubQueue, seq: SequenceNumber, entry: Entry) {
+        self.size_bytes += u64::from(entry.size);
+        if queue == SubQueue::Main {
+            if let Some(at) = entry.scheduled_at() {
+                self.scheduled.insert((at, seq));
+            }
+            if entry.expires_at < NEVER_EXPIRES {
+                self.expiring.insert((entry.expires_at, seq));
+            }
+        }
+        if entry.state == MessageState::Active {
+            self.available[queue].insert(seq);
+        }
+        self.messages[queue].insert(seq, entry);
+    }
+
+    /// Takes an entry out of the index and every set that orders it.
+    pub(crate) fn remove(&mut self, queue: SubQueue, seq: SequenceNumber) -> Option<Entry> {
+        let entry = self.messages[queue].remove(&seq)?;
+        self.size_bytes -= u64::from(entry.size);
+        self.available[queue].remove(&seq);
+        if queue == SubQueue::Main {
+            self.expiring.remove(&(entry.expires_at, seq));
+            if let Some(at) = entry.scheduled_at() {
+                self.scheduled.remove(&(at, seq));
+            }
+        }
+        Some(entry)
+    }
+
+    /// The lowest sequence number of any message, if there is one.
+    pub(crate) fn lowest(&self) -> Option<SequenceNumber> {
+        self.messages.values().filter_map(|m| m.first_key_value()).map(|(s, _)| *s).min()
+    }
+}

@@ -1,0 +1,196 @@
+//! The partition's records in the store: the only code that turns them into keys and values.
+//!
+//! A cycle's changes are written through a [`Journal`] (one [`WriteBatch`], written once at the
+//! end of the cycle by the actor); reading them back (rebuilding the index, loading bodies)
+//! goes through the functions here too, so the record layout of a partition (see `keys.rs` and
+//! `codec.rs`) is known in this one file.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::codec::{self, MessageMeta};
+use crate::dedup::DedupKey;
+use crate::keys::{self, EntityId};
+use crate::message::Message;
+use crate::store::{Store, StoreError, WriteBatch};
+use crate::types::{PartitionId, SequenceNumber, SubQueue, Timestamp};
+
+/// Rows per store scan while rebuilding.
+const SCAN_PAGE: usize = 1024;
+
+/// The records one cycle writes, as one atomic batch.
+#[derive(Debug)]
+pub(crate) struct Journal {
+    entity_id: EntityId,
+    partition: PartitionId,
+    batch: WriteBatch,
+}
+
+impl Journal {
+    pub(crate) fn new(entity_id: EntityId, partition: PartitionId) -> Self {
+        Journal { entity_id, partition, batch: WriteBatch::new() }
+    }
+
+    /// The message's meta record (written again on every change).
+    pub(crate) fn put_meta(&mut self, queue: SubQueue, seq: SequenceNumber, meta: &MessageMeta) {
+        let key = keys::message(self.entity_id, self.partition, queue, seq);
+        self.batch.put(key, codec::encode_meta(meta));
+    }
+
+    pub(crate) fn delete_meta(&mut self, queue: SubQueue, seq: SequenceNumber) {
+        self.batch.delete(keys::message(self.entity_id, self.partition, queue, seq));
+    }
+
+    /// The message's body record (written once, at enqueue).
+    pub(crate) fn put_body(&mut self, seq: SequenceNumber, message: &Message) {
+        self.batch
+            .put(keys::body(self.entity_id, self.partition, seq), codec::encode_body(message));
+    }
+
+    pub(crate) fn delete_body(&mut self, seq: SequenceNumber) {
+        self.batch.delete(keys::body(self.entity_id, self.partition, seq));
+    }
+
+    /// Deletes the body records of sequence numbers `from..to` with one range delete.
+    pub(crate) fn delete_bodies(&mut self, from: SequenceNumber, to: SequenceNumber) {
+        let (id, p) = (self.entity_id, self.partition);
+        self.batch.delete_range(keys::body(id, p, from), keys::body(id, p, to));
+    }
+
+    /// The partition's own record: the last sequence counter issued.
+    pub(crate) fn put_counter(&mut self, last_counter: u64) {
+        let key = keys::partition_record(self.entity_id, self.partition);
+        self.batch.put(key, codec::encode_partition(last_counter));
+    }
+
+    pub(crate) fn put_dedup(&mut self, key: &DedupKey, until: Timestamp) {
+        let key = keys::dedup(self.entity_id, self.partition, key);
+        self.batch.put(key, codec::encode_dedup(until));
+    }
+
+    pub(crate) fn delete_dedup(&mut self, key: &DedupKey) {
+        self.batch.delete(keys::dedup(self.entity_id, self.partition, key));
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+
+    /// The batch to write, leaving the journal empty.
+    pub(crate) fn take(&mut self) -> WriteBatch {
+        std::mem::take(&mut self.batch)
+    }
+
+    /// Forgets what was journalled (the state it described is being rebuilt).
+    pub(crate) fn clear(&mut self) {
+        self.batch = WriteBatch::new();
+    }
+}
+
+/// One record of a partition, as rebuilding reads it.
+#[derive(Debug)]
+pub(crate) enum Recovered {
+    /// The last sequence counter issued.
+    Counter(u64),
+    Message(SubQueue, SequenceNumber, MessageMeta),
+    Dedup(DedupKey, Timestamp),
+}
+
+/// Reads every record of a partition an index is built from (never bodies), in key order
+/// within each kind, and hands each to `f`.
+pub(crate) async fn recover(
+    store: &dyn Store,
+    entity_id: EntityId,
+    partition: PartitionId,
+    mut f: impl FnMut(Recovered) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    if let Some(value) = store.get(&keys::partition_record(entity_id, partition)).await? {
+        f(Recovered::Counter(codec::decode_partition(&value)?))?;
+    }
+    for queue in SubQueue::ALL {
+        let prefix = keys::messages_prefix(entity_id, partition, queue);
+        scan_each(store, &prefix, |key, value| {
+            let meta = codec::decode_meta(value)?;
+            let seq = keys::message_seq(key)
+                .ok_or_else(|| StoreError::corrupted("message key without sequence number"))?;
+            f(Recovered::Message(queue, seq, meta))
+        })
+        .await?;
+    }
+    scan_each(store, &keys::dedup_prefix(entity_id, partition), |key, value| {
+        let dedup_key = keys::dedup_key(key)
+            .ok_or_else(|| StoreError::corrupted("invalid duplicate-detection key"))?;
+        f(Recovered::Dedup(dedup_key, codec::decode_dedup(value)?))
+    })
+    .await
+}
+
+/// Calls `f` on every pair under `prefix`, a page at a time.
+async fn scan_each(
+    store: &dyn Store,
+    prefix: &[u8],
+    mut f: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let end = crate::store::prefix_end(prefix);
+    let mut start = prefix.to_vec();
+    loop {
+        let page = store.scan(&start, &end, SCAN_PAGE).await?;
+        for (key, value) in &page {
+            f(key, value)?;
+        }
+        match page.last() {
+            Some((last, _)) if page.len() == SCAN_PAGE => {
+                start = last.to_vec();
+                start.push(0);
+            }
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Reads the partition's own record, only to learn whether its store answers.
+pub(crate) async fn probe(
+    store: &dyn Store,
+    entity_id: EntityId,
+    partition: PartitionId,
+) -> Result<(), StoreError> {
+    store.get(&keys::partition_record(entity_id, partition)).await.map(|_| ())
+}
+
+/// Reads the body records of `seqs` (sorted): close runs with one scan, the rest one by one.
+pub(crate) async fn read_bodies(
+    store: &dyn Store,
+    entity_id: EntityId,
+    partition: PartitionId,
+    seqs: &[SequenceNumber],
+) -> Result<HashMap<SequenceNumber, Arc<Message>>, StoreError> {
+    let (id, p) = (entity_id, partition);
+    let mut loaded = HashMap::with_capacity(seqs.len());
+    let mut i = 0;
+    while i < seqs.len() {
+        // A run: following sequence numbers no further apart than the run is long.
+        let mut j = i + 1;
+        while j < seqs.len() && seqs[j].0 - seqs[j - 1].0 <= 4 {
+            j += 1;
+        }
+        let (first, last) = (seqs[i], seqs[j - 1]);
+        if j - i == 1 {
+            if let Some(value) = store.get(&keys::body(id, p, first)).await? {
+                loaded.insert(first, Arc::new(codec::decode_body(&value)?));
+            }
+        } else {
+            let start = keys::body(id, p, first);
+            let end = keys::body(id, p, SequenceNumber(last.0 + 1));
+            let limit = (last.0 - first.0 + 1) as usize;
+            for (key, value) in store.scan(&start, &end, limit).await? {
+                let seq = keys::message_seq(&key)
+                    .ok_or_else(|| StoreError::corrupted("body key without sequence number"))?;
+                if seqs[i..j].binary_search(&seq).is_ok() {
+                    loaded.insert(seq, Arc::new(codec::decode_body(&value)?));
+                }
+            }
+        }
+        i = j;
+    }
+    Ok(loaded)
+}

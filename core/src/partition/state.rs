@@ -1,0 +1,640 @@
+//! [`PartitionState`]: the rules of one partition, decided without I/O.
+//!
+//! The state applies what time made due ([`PartitionState::process_due`]), commands
+//! ([`PartitionState::apply`]) and deliveries ([`PartitionState::deliver_available`]) at a
+//! `now` it is given, and accumulates what follows in its [`Effects`]: the records to write
+//! (through the [`Journal`](super::journal::Journal)), deliveries, answers and replies. The
+//! actor writes, delivers and replies. Nothing here reads a clock, sleeps or touches the store,
+//! which is what lets the model test in `partition/tests.rs` drive it step by step.
+
+use std::sync::Arc;
+
+use super::bodies::{BodyCache, Outgoing};
+use super::effects::Effects;
+use super::index::{Entry, Index, NEVER_EXPIRES};
+use super::journal::{Journal, Recovered};
+use super::locks::LockTable;
+use super::sub_queues::SubQueues;
+use super::{Command, PartitionCounts, SendOutcome};
+use crate::dedup::{DedupKey, DedupWindow};
+use crate::description::QueueDescription;
+use crate::error::{BrokerError, Result};
+use crate::message::{
+    dead_letter_reason, ApplicationProperties, Disposition, Message, MessageLock, MessageState,
+    PropertyValue,
+};
+use crate::metrics as m;
+use crate::receiver::ReceiverShared;
+use crate::store::StoreError;
+use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp};
+
+/// How many sequence numbers of bodies left below every message one range delete removes (see
+/// [`PartitionState::remove`]). A point delete per body is one more memtable insert per
+/// message; a range delete per 1,024 keeps RocksDB's range tombstones few. At most this many
+/// bodies of settled messages per partition wait on disk (after a crash: until the first sweep).
+const BODY_SWEEP: i64 = 1024;
+
+/// The partition's in-memory state: an index of what its store holds, locks, the
+/// duplicate-detection window and the receivers attached, plus the effects of the cycle under
+/// way.
+#[derive(Debug)]
+pub(crate) struct PartitionState {
+    pub(crate) partition: PartitionId,
+    pub(crate) partitioned: bool,
+    pub(crate) description: Arc<QueueDescription>,
+    pub(crate) cache: Arc<BodyCache>,
+    pub(crate) index: Index,
+    pub(crate) locks: LockTable,
+    pub(crate) dedup: DedupWindow,
+    pub(crate) last_counter: u64,
+    /// Whether `last_counter` changed this cycle (the partition record is written once).
+    counter_dirty: bool,
+    /// Body bytes this partition holds counted in the [`BodyCache`].
+    pub(crate) cached_bytes: u64,
+    /// Bodies below this sequence number have been range-deleted since the partition was
+    /// (re)built; above it, up to the lowest message, bodies may be left for the next sweep.
+    swept_to: SequenceNumber,
+    pub(crate) receivers: SubQueues<Vec<Arc<ReceiverShared>>>,
+    next_receiver: SubQueues<usize>,
+    /// What the cycle under way decided; the actor carries it out.
+    pub(crate) fx: Effects,
+}
+
+impl PartitionState {
+    pub(crate) fn new(
+        journal: Journal,
+        partition: PartitionId,
+        description: Arc<QueueDescription>,
+        cache: Arc<BodyCache>,
+    ) -> Self {
+        PartitionState {
+            partition,
+            partitioned: description.enable_partitioning,
+            description,
+            cache,
+            index: Index::default(),
+            locks: LockTable::default(),
+            dedup: DedupWindow::default(),
+            last_counter: 0,
+            counter_dirty: false,
+            cached_bytes: 0,
+            swept_to: SequenceNumber::default(),
+            receivers: SubQueues::default(),
+            next_receiver: SubQueues::default(),
+            fx: Effects::new(journal),
+        }
+    }
+
+    /// Forgets every message, lock and pending record (receivers stay), before the state is
+    /// rebuilt from the store.
+    pub(crate) fn reset(&mut self) {
+        self.release_cache();
+        self.index = Index::default();
+        self.locks = LockTable::default();
+        self.dedup = DedupWindow::default();
+        self.last_counter = 0;
+        self.counter_dirty = false;
+        self.swept_to = SequenceNumber::default();
+        self.fx.journal.clear();
+        self.fx.transient.clear();
+    }
+
+    /// Adds one record read back from the store (see `journal::recover`).
+    pub(crate) fn restore(&mut self, record: Recovered) -> Result<(), StoreError> {
+        match record {
+            Recovered::Counter(counter) => self.last_counter = self.last_counter.max(counter),
+            Recovered::Message(queue, seq, meta) => {
+                self.last_counter = self.last_counter.max(seq.counter(self.partitioned));
+                self.index.insert(queue, seq, Entry::from_meta(seq, meta));
+            }
+            Recovered::Dedup(key, until) => self.dedup.restore(key, until),
+        }
+        Ok(())
+    }
+
+    /// Applies one command at `now`. False when the partition should stop.
+    pub(crate) fn apply(&mut self, command: Command, now: Timestamp) -> bool {
+        match command {
+            Command::Send { messages, reply } => {
+                let outcomes = self.enqueue(messages, now);
+                self.fx.reply(reply, outcomes);
+            }
+            Command::Cancel { sequence_numbers, reply } => {
+                self.cancel(&sequence_numbers);
+                self.fx.reply(reply, Ok(()));
+            }
+            Command::Settle { queue, items, reply } => {
+                let outcomes = items
+                    .into_iter()
+                    .map(|(token, disposition)| self.settle(queue, token, disposition, now))
+                    .collect();
+                self.fx.reply(reply, Ok(outcomes));
+            }
+            Command::RenewLock { queue, token, reply } => {
+                let outcome = self.renew_lock(queue, token, now);
+                self.fx.reply(reply, outcome);
+            }
+            Command::ReceiveDeferred { queue, sequence_numbers, mode, reply } => {
+                let outcome = self.receive_deferred(queue, &sequence_numbers, mode, now);
+                self.fx.lists.push((reply, outcome));
+            }
+            Command::Peek { queue, from, max, reply } => {
+                let peeked = self.peek(queue, from, max);
+                self.fx.lists.push((reply, Ok(peeked)));
+            }
+            Command::Counts { reply } => {
+                self.fx.probe = true;
+                let counts = self.counts();
+                self.fx.reply(reply, Ok(counts));
+            }
+            Command::Update(description) => self.description = description,
+            Command::Attach(receiver) => self.attach(receiver),
+            Command::Detach(id) => self.detach(id),
+            Command::Deliver => {}
+            Command::Drain(ack) => self.fx.drains.push(ack),
+            Command::Close => return false,
+        }
+        true
+    }
+
+    /// Ends the cycle's decisions: counts go to the metrics, the partition record and the
+    /// body sweep join the journal if they are due.
+    pub(crate) fn end_cycle(&mut self) {
+        self.fx.tally.record();
+        if std::mem::take(&mut self.counter_dirty) {
+            self.fx.journal.put_counter(self.last_counter);
+        }
+        self.sweep_bodies();
+    }
+
+    /// When something next comes due on its own (a scheduled message, an expiry, a lock, the
+    /// end of a duplicate-detection window).
+    pub(crate) fn next_deadline(&self) -> Timestamp {
+        [
+            self.index.scheduled.first().map(|(t, _)| *t),
+            self.index.expiring.first().map(|(t, _)| *t),
+            self.locks.next_expiry(),
+            self.dedup.next_expiry(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(Timestamp::MAX)
+    }
+
+    // ---- receivers ----
+
+    pub(crate) fn attach(&mut self, receiver: Arc<ReceiverShared>) {
+        self.receivers[receiver.queue].push(receiver);
+    }
+
+    pub(crate) fn detach(&mut self, id: u64) {
+        for list in self.receivers.values_mut() {
+            list.retain(|r| r.id != id);
+        }
+    }
+
+    pub(crate) fn close_receivers(&mut self) {
+        for list in self.receivers.values_mut() {
+            for r in list.drain(..) {
+                r.close();
+            }
+        }
+    }
+
+    // ---- time ----
+
+    pub(crate) fn process_due(&mut self, now: Timestamp) {
+        while let Some(expired) = self.locks.pop_expired(now) {
+            if let Some((queue, seq)) = expired {
+                metrics::counter!(m::LOCK_EXPIRATIONS_TOTAL).increment(1);
+                if let Some(entry) = self.index.entry_mut(queue, seq) {
+                    entry.take_lock();
+                }
+                self.after_failed_delivery(queue, seq, ApplicationProperties::new(), now);
+            }
+        }
+        while let Some(&(at, seq)) = self.index.scheduled.first() {
+            if at > now {
+                break;
+            }
+            self.index.scheduled.pop_first();
+            if let Some(entry) = self.index.entry_mut(SubQueue::Main, seq) {
+                entry.state = MessageState::Active;
+                entry.enqueued_time = at;
+                self.persist(SubQueue::Main, seq);
+                self.make_available(SubQueue::Main, seq, now);
+            }
+        }
+        while let Some(&(at, seq)) = self.index.expiring.first() {
+            if at > now {
+                break;
+            }
+            self.index.expiring.pop_first();
+            let locked = self.index.entry(SubQueue::Main, seq).is_some_and(|e| e.lock().is_some());
+            if !locked {
+                self.expire(seq);
+            }
+            // A locked message is checked again when its lock ends.
+        }
+        for key in self.dedup.evict(now) {
+            self.fx.journal.delete_dedup(&key);
+        }
+    }
+
+    fn expire(&mut self, seq: SequenceNumber) {
+        let Some(entry) = self.index.entry(SubQueue::Main, seq) else { return };
+        if entry.state == MessageState::Scheduled {
+            return;
+        }
+        if self.description.dead_lettering_on_message_expiration {
+            self.move_to_dead_letter(
+                seq,
+                dead_letter_reason::TTL_EXPIRED,
+                "The message expired and was dead lettered.".to_owned(),
+                ApplicationProperties::new(),
+            );
+        } else {
+            metrics::counter!(m::MESSAGES_EXPIRED_TOTAL).increment(1);
+            self.remove(SubQueue::Main, seq);
+        }
+    }
+
+    // ---- sending ----
+
+    fn enqueue(&mut self, messages: Vec<Arc<Message>>, now: Timestamp) -> Result<Vec<SendOutcome>> {
+        let desc = self.description.clone();
+        let mut outcomes = Vec::with_capacity(messages.len());
+        for message in messages {
+            if desc.requires_duplicate_detection {
+                if let Some(key) = DedupKey::of(&message.properties, self.partitioned) {
+                    if self.dedup.contains(&key, now) {
+                        metrics::counter!(m::DUPLICATES_DROPPED_TOTAL).increment(1);
+                        outcomes.push(SendOutcome::Duplicate);
+                        continue;
+                    }
+                    let until = self.dedup.insert(
+                        key.clone(),
+                        now,
+                        desc.duplicate_detection_history_time_window,
+                    );
+                    self.fx.journal.put_dedup(&key, until);
+                }
+            }
+            self.last_counter += 1;
+            self.counter_dirty = true;
+            let seq = SequenceNumber::new(self.partitioned, self.partition, self.last_counter);
+            let scheduled = message.properties.scheduled_enqueue_time.filter(|at| *at > now);
+            let enqueued_time = scheduled.unwrap_or(now);
+            let ttl =
+                message.properties.time_to_live.map_or(desc.default_message_time_to_live, |t| {
+                    t.min(desc.default_message_time_to_live)
+                });
+            let size = u32::try_from(message.size()).unwrap_or(u32::MAX);
+            let counted = self.cache.try_take(u64::from(size));
+            let entry = Entry {
+                enqueued_time,
+                expires_at: enqueued_time.saturating_add(ttl),
+                delivery_count: 0,
+                size,
+                state: if scheduled.is_some() {
+                    MessageState::Scheduled
+                } else {
+                    MessageState::Active
+                },
+                counted,
+                body: Some(message.clone()),
+                aux: None,
+            };
+            if counted {
+                self.cached_bytes += u64::from(size);
+            } else {
+                self.fx.transient.push((SubQueue::Main, seq));
+            }
+            self.fx.journal.put_body(seq, &message);
+            self.fx.journal.put_meta(SubQueue::Main, seq, &entry.meta(seq));
+            self.index.insert(SubQueue::Main, seq, entry);
+            self.fx.tally.incoming += 1;
+            outcomes.push(SendOutcome::Enqueued(seq));
+        }
+        // Messages already past their expiry (a TTL shorter than the clock's step) go now.
+        self.process_due(now);
+        Ok(outcomes)
+    }
+
+    fn cancel(&mut self, sequence_numbers: &[SequenceNumber]) {
+        for &seq in sequence_numbers {
+            let Some(entry) = self.index.entry(SubQueue::Main, seq) else { continue };
+            if entry.state == MessageState::Scheduled {
+                self.remove(SubQueue::Main, seq);
+            }
+        }
+    }
+
+    // ---- locks and settlement ----
+
+    fn unlock(&mut self, queue: SubQueue, seq: SequenceNumber) {
+        if let Some(lock) = self.index.entry_mut(queue, seq).and_then(Entry::take_lock) {
+            self.locks.remove(lock);
+        }
+    }
+
+    fn settle(
+        &mut self,
+        queue: SubQueue,
+        token: LockToken,
+        disposition: Disposition,
+        now: Timestamp,
+    ) -> Result<()> {
+        let seq = self.locks.locked(queue, token)?;
+        if queue == SubQueue::DeadLetter && matches!(disposition, Disposition::DeadLetter { .. }) {
+            return Err(BrokerError::InvalidOperation(
+                "a message in the dead-letter queue cannot be dead-lettered again".into(),
+            ));
+        }
+        self.fx.tally.settled(&disposition);
+        self.unlock(queue, seq);
+        match disposition {
+            Disposition::Complete => {
+                self.remove(queue, seq);
+            }
+            Disposition::Abandon { properties } => {
+                self.after_failed_delivery(queue, seq, properties, now)
+            }
+            Disposition::Release => self.make_available(queue, seq, now),
+            Disposition::Defer { properties } => {
+                if let Some(entry) = self.index.entry_mut(queue, seq) {
+                    entry.state = MessageState::Deferred;
+                    entry.merge_properties(properties);
+                }
+                self.persist(queue, seq);
+                self.make_available(queue, seq, now);
+            }
+            Disposition::DeadLetter { reason, description, properties } => self
+                .move_to_dead_letter(
+                    seq,
+                    reason.as_deref().unwrap_or_default(),
+                    description.unwrap_or_default(),
+                    properties,
+                ),
+        }
+        Ok(())
+    }
+
+    /// An abandon or a lock expiry: count the delivery, then dead-letter the message if it has
+    /// used up its deliveries, else make it available again.
+    fn after_failed_delivery(
+        &mut self,
+        queue: SubQueue,
+        seq: SequenceNumber,
+        properties: ApplicationProperties,
+        now: Timestamp,
+    ) {
+        let max = self.description.max_delivery_count;
+        let Some(entry) = self.index.entry_mut(queue, seq) else { return };
+        entry.delivery_count += 1;
+        entry.merge_properties(properties);
+        let exhausted = entry.delivery_count >= max;
+        if queue == SubQueue::Main && exhausted {
+            self.move_to_dead_letter(
+                seq,
+                dead_letter_reason::MAX_DELIVERY_COUNT_EXCEEDED,
+                format!("Message could not be consumed after {max} delivery attempts."),
+                ApplicationProperties::new(),
+            );
+        } else {
+            self.persist(queue, seq);
+            self.make_available(queue, seq, now);
+        }
+    }
+
+    fn renew_lock(
+        &mut self,
+        queue: SubQueue,
+        token: LockToken,
+        now: Timestamp,
+    ) -> Result<Timestamp> {
+        let seq = self.locks.locked(queue, token)?;
+        let until = now.saturating_add(self.description.lock_duration);
+        let entry = self.index.entry_mut(queue, seq).ok_or(BrokerError::MessageLockLost)?;
+        let lock =
+            entry.aux.as_mut().and_then(|a| a.lock.as_mut()).ok_or(BrokerError::MessageLockLost)?;
+        let old = std::mem::replace(&mut lock.locked_until, until);
+        self.locks.renew(token, old, until);
+        Ok(until)
+    }
+
+    fn receive_deferred(
+        &mut self,
+        queue: SubQueue,
+        sequence_numbers: &[SequenceNumber],
+        mode: ReceiveMode,
+        now: Timestamp,
+    ) -> Result<Vec<Outgoing>> {
+        for &seq in sequence_numbers {
+            match self.index.entry(queue, seq) {
+                Some(e) if e.state == MessageState::Deferred && e.lock().is_none() => {}
+                _ => return Err(BrokerError::MessageNotFound(seq)),
+            }
+        }
+        let mut received = Vec::with_capacity(sequence_numbers.len());
+        for &seq in sequence_numbers {
+            received.push(self.hand_out(queue, seq, mode, now));
+        }
+        Ok(received)
+    }
+
+    /// Locks (peek-lock) or removes (receive-and-delete) a message being handed to a receiver.
+    fn hand_out(
+        &mut self,
+        queue: SubQueue,
+        seq: SequenceNumber,
+        mode: ReceiveMode,
+        now: Timestamp,
+    ) -> Outgoing {
+        self.index.available[queue].remove(&seq);
+        self.fx.tally.outgoing += 1;
+        let partition = self.partition;
+        match mode {
+            ReceiveMode::PeekLock => {
+                let lock = MessageLock {
+                    token: LockToken::generate(partition),
+                    locked_until: now.saturating_add(self.description.lock_duration),
+                };
+                self.locks.insert(queue, seq, lock);
+                let entry = self.index.entry_mut(queue, seq).expect("handed-out message exists");
+                entry.aux_mut().lock = Some(lock);
+                Outgoing::of(entry, seq, partition, Some(lock))
+            }
+            ReceiveMode::ReceiveAndDelete => {
+                let entry = self.index.entry(queue, seq).expect("handed-out message exists");
+                let outgoing = Outgoing::of(entry, seq, partition, None);
+                self.remove(queue, seq);
+                outgoing
+            }
+        }
+    }
+
+    fn peek(&self, queue: SubQueue, from: SequenceNumber, max: usize) -> Vec<Outgoing> {
+        self.index.messages[queue]
+            .range(from..)
+            .take(max)
+            .map(|(&seq, e)| Outgoing::of(e, seq, self.partition, None))
+            .collect()
+    }
+
+    pub(crate) fn counts(&self) -> PartitionCounts {
+        let mut c = PartitionCounts { size_bytes: self.index.size_bytes, ..Default::default() };
+        for entry in self.index.messages[SubQueue::Main].values() {
+            match entry.state {
+                MessageState::Active => c.active += 1,
+                MessageState::Deferred => c.deferred += 1,
+                MessageState::Scheduled => c.scheduled += 1,
+            }
+        }
+        c.dead_lettered = self.index.messages[SubQueue::DeadLetter].len() as u64;
+        c
+    }
+
+    // ---- delivery ----
+
+    /// Hands available messages to receivers with credit, in turn, until one runs out.
+    pub(crate) fn deliver_available(&mut self, now: Timestamp) {
+        for list in self.receivers.values_mut() {
+            list.retain(|r| !r.is_closed());
+        }
+        for queue in SubQueue::ALL {
+            while let Some(&seq) = self.index.available[queue].first() {
+                let Some(receiver) = self.reserve_receiver(queue) else { break };
+                let outgoing = self.hand_out(queue, seq, receiver.mode, now);
+                self.fx.deliveries.push((receiver, outgoing));
+            }
+        }
+    }
+
+    /// Whether a sub-queue has both an available message and a receiver with credit.
+    pub(crate) fn can_deliver(&self) -> bool {
+        self.index.available.iter().any(|(queue, available)| {
+            !available.is_empty() && self.receivers[queue].iter().any(|r| r.has_credit())
+        })
+    }
+
+    /// The next receiver in turn that has credit, with one unit reserved.
+    fn reserve_receiver(&mut self, queue: SubQueue) -> Option<Arc<ReceiverShared>> {
+        let receivers = &self.receivers[queue];
+        let n = receivers.len();
+        for i in 0..n {
+            let index = (self.next_receiver[queue] + i) % n;
+            if receivers[index].try_reserve() {
+                self.next_receiver[queue] = (index + 1) % n;
+                return Some(receivers[index].clone());
+            }
+        }
+        None
+    }
+
+    // ---- state bookkeeping ----
+
+    /// Takes a message out of a sub-queue's index and deletes its meta record; its body stays.
+    fn take(&mut self, queue: SubQueue, seq: SequenceNumber) -> Option<Entry> {
+        self.unlock(queue, seq);
+        let entry = self.index.remove(queue, seq)?;
+        self.fx.journal.delete_meta(queue, seq);
+        Some(entry)
+    }
+
+    /// Deletes a message: its meta record, its body, and its share of the body cache. A body
+    /// below every message left is not deleted here but by the next sweep (`sweep_bodies`),
+    /// with the others below it in one range delete; a body above one is deleted now.
+    fn remove(&mut self, queue: SubQueue, seq: SequenceNumber) {
+        let Some(mut entry) = self.take(queue, seq) else { return };
+        self.uncache(&mut entry);
+        if seq > self.lowest_live() {
+            self.fx.journal.delete_body(seq);
+        }
+    }
+
+    /// The lowest sequence number any message of this partition has, or the next one to be
+    /// given if it holds none: no body below it belongs to a message.
+    fn lowest_live(&self) -> SequenceNumber {
+        self.index.lowest().unwrap_or_else(|| {
+            SequenceNumber::new(self.partitioned, self.partition, self.last_counter + 1)
+        })
+    }
+
+    /// Deletes, with one range delete, the bodies left below every message (see `remove`) once
+    /// they span [`BODY_SWEEP`] sequence numbers — in a cycle that writes anyway, so that a
+    /// cycle that only reads stays without a write.
+    fn sweep_bodies(&mut self) {
+        if self.fx.journal.is_empty() {
+            return;
+        }
+        let lowest = self.lowest_live();
+        if lowest.0.saturating_sub(self.swept_to.0) < BODY_SWEEP {
+            return;
+        }
+        self.fx.journal.delete_bodies(self.swept_to, lowest);
+        self.swept_to = lowest;
+    }
+
+    /// Writes the entry's current meta record.
+    fn persist(&mut self, queue: SubQueue, seq: SequenceNumber) {
+        if let Some(entry) = self.index.entry(queue, seq) {
+            self.fx.journal.put_meta(queue, seq, &entry.meta(seq));
+        }
+    }
+
+    /// Puts an unlocked message back where it belongs: available if active, or expired now if
+    /// its time has passed while it was locked.
+    fn make_available(&mut self, queue: SubQueue, seq: SequenceNumber, now: Timestamp) {
+        let Some(entry) = self.index.entry(queue, seq) else { return };
+        if queue == SubQueue::Main && entry.expires_at <= now {
+            self.expire(seq);
+            return;
+        }
+        let (state, expires_at) = (entry.state, entry.expires_at);
+        if queue == SubQueue::Main && expires_at < NEVER_EXPIRES {
+            self.index.expiring.insert((expires_at, seq));
+        }
+        if state == MessageState::Active {
+            self.index.available[queue].insert(seq);
+        }
+    }
+
+    fn move_to_dead_letter(
+        &mut self,
+        seq: SequenceNumber,
+        reason: &str,
+        description: String,
+        properties: ApplicationProperties,
+    ) {
+        let Some(mut entry) = self.take(SubQueue::Main, seq) else { return };
+        let label = match reason {
+            dead_letter_reason::MAX_DELIVERY_COUNT_EXCEEDED | dead_letter_reason::TTL_EXPIRED => {
+                reason.to_owned()
+            }
+            _ => "client".to_owned(),
+        };
+        metrics::counter!(m::DEAD_LETTERED_TOTAL, "reason" => label).increment(1);
+        let mut props = properties;
+        props.insert("DeadLetterReason".into(), PropertyValue::String(reason.to_owned()));
+        props.insert(
+            "DeadLetterErrorDescription".into(),
+            PropertyValue::String(description.clone()),
+        );
+        // A dead-lettered message counts its added properties too, and leaves the body cache
+        // (it is rarely read soon).
+        let added =
+            props.iter().map(|(k, v)| k.len() + crate::message::value_size(v)).sum::<usize>();
+        self.uncache(&mut entry);
+        entry.body = None;
+        entry.size = entry.size.saturating_add(u32::try_from(added).unwrap_or(u32::MAX));
+        entry.merge_properties(props);
+        let aux = entry.aux_mut();
+        aux.dead_letter_reason = Some(reason.to_owned());
+        aux.dead_letter_error_description = Some(description);
+        entry.state = MessageState::Active;
+        self.fx.journal.put_meta(SubQueue::DeadLetter, seq, &entry.meta(seq));
+        self.index.insert(SubQueue::DeadLetter, seq, entry);
+    }
+}
