@@ -521,6 +521,32 @@ async fn receive_deferred_of_a_message_not_deferred_fails_with_not_found() {
 }
 
 #[tokio::test]
+async fn receive_deferred_naming_a_message_twice_hands_it_out_once() {
+    for mode in [ReceiveMode::PeekLock, ReceiveMode::ReceiveAndDelete] {
+        let f = Fixture::with_queue(QueueDescription::default()).await;
+        let seq = f.send(vec![Message::new("a"), Message::new("b")]).await;
+        let r = f.receiver(ReceiveMode::PeekLock).await;
+        let m = take_one(&r).await;
+        f.defer(&m).await.expect("defer succeeds");
+        drop(r);
+
+        let got = f
+            .broker
+            .receive_deferred(QUEUE, &[seq[0], seq[0]], mode)
+            .await
+            .unwrap_or_else(|e| panic!("{mode:?}: {e:?}"));
+
+        assert_eq!(seqs(&got), vec![seq[0]], "{mode:?}");
+        if let Some(lock) = got[0].lock {
+            f.broker.complete(QUEUE, lock.token).await.expect("the one lock settles");
+        }
+        // The partition still serves.
+        f.send_one(Message::new("c")).await;
+        assert_eq!(f.counts().await, Counts { active: 2, ..Counts::default() }, "{mode:?}");
+    }
+}
+
+#[tokio::test]
 async fn abandoned_deferred_message_stays_deferred() {
     let f = Fixture::with_queue(QueueDescription::default()).await;
     let seq = f.send_one(Message::new("a")).await;

@@ -438,8 +438,12 @@ impl PartitionState {
             }
         }
         let mut received = Vec::with_capacity(sequence_numbers.len());
-        for &seq in sequence_numbers {
-            received.push(self.hand_out(queue, seq, mode, now));
+        for (i, &seq) in sequence_numbers.iter().enumerate() {
+            // A number asked for twice is handed out once: a second hand-out would lock the
+            // message twice, or (receive-and-delete) find it gone.
+            if !sequence_numbers[..i].contains(&seq) {
+                received.push(self.hand_out(queue, seq, mode, now));
+            }
         }
         Ok(received)
     }
