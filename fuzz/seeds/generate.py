@@ -105,13 +105,11 @@ def enc(v):
     if isinstance(v, Uuid):
         return b"\x98" + bytes(v)
     if isinstance(v, Sym):
-        b = v.encode()
-        return (b"\xa3" + bytes([len(b)]) if len(b) < 256 else b"\xb3" + struct.pack(">I", len(b))) + b
+        return variable(0xa3, v.encode())
     if isinstance(v, str):
-        b = v.encode()
-        return (b"\xa1" + bytes([len(b)]) if len(b) < 256 else b"\xb1" + struct.pack(">I", len(b))) + b
+        return variable(0xa1, v.encode())
     if isinstance(v, (bytes, bytearray)):
-        return (b"\xa0" + bytes([len(v)]) if len(v) < 256 else b"\xb0" + struct.pack(">I", len(v))) + bytes(v)
+        return variable(0xa0, bytes(v))
     if isinstance(v, Array):
         body = b"".join(enc(i)[1:] for i in v)
         return b"\xf0" + struct.pack(">II", len(body) + 5, len(v)) + v.ctor + body
@@ -124,6 +122,13 @@ def enc(v):
         body = b"".join(enc(k) + enc(x) for k, x in v.items())
         return b"\xd1" + struct.pack(">II", len(body) + 4, 2 * len(v)) + body
     raise TypeError(type(v))
+
+
+def variable(short_code, b):
+    """A binary, string or symbol: the 1-byte-length code, or its 4-byte-length sibling."""
+    if len(b) < 256:
+        return bytes([short_code, len(b)]) + b
+    return bytes([short_code + 0x10]) + struct.pack(">I", len(b)) + b
 
 
 def frame(body, kind=0, channel=0):
