@@ -15,6 +15,7 @@ mod bench;
 mod ci;
 mod compat;
 mod crash;
+mod fuzz;
 #[cfg(test)]
 mod tidy;
 
@@ -47,6 +48,12 @@ tasks:
           [--timeout SECONDS] [-- DRIVER-ARGS]
                         the crash test: SIGKILL and restart the server N times (default 20)
                         under load, then check that nothing acknowledged was lost or duplicated
+    fuzz list           list the fuzz targets (fuzz/, cargo-fuzz + libFuzzer; fuzz/README.md)
+    fuzz TARGET...|all [--seconds N] [--runs N]
+                        build the fuzz targets (installing cargo-fuzz if missing) and run each
+                        for N seconds (default 60) or N executions, with -malloc_limit_mb=64
+                        and -rss_limit_mb=512; a crash, leak or limit exceeded fails the task
+    fuzz --smoke        every target for 20 s (CI)
     help                print this message
 ";
 
@@ -61,6 +68,7 @@ fn main() -> ExitCode {
         "bench" => bench::run(rest),
         "compat" => compat::run(rest),
         "crash" => crash::run(rest),
+        "fuzz" => fuzz::run(rest),
         "help" | "-h" | "--help" => {
             print_usage();
             Ok(())
