@@ -2,12 +2,12 @@
 //! and how a response is encoded (amqp.md §2.4, §6.1, §6.2).
 
 use bytes::Bytes;
-use fe2o3_amqp_types::messaging::message::__private::{Deserializable, Serializable};
-use fe2o3_amqp_types::messaging::{
-    AmqpValue, ApplicationProperties, Body, Message, MessageId, Properties,
-};
+use fe2o3_amqp_types::messaging::{AmqpValue, ApplicationProperties, MessageId, Properties};
 use fe2o3_amqp_types::primitives::{OrderedMap, SimpleValue, Value};
+use serde::Serialize;
+use serde_amqp::ser::Serializer;
 
+use crate::codec;
 use crate::error::WireError;
 use crate::guard::{self, Limits};
 
@@ -21,25 +21,49 @@ pub struct Request {
 }
 
 impl Request {
+    /// Decodes a request message. The bounds check runs first; then our own walk splits the
+    /// message into its sections (descriptors, order and value types checked), and only the
+    /// sections a request uses are decoded: properties (message-id, reply-to),
+    /// application-properties and an amqp-value body (any other body is null).
     pub fn decode(payload: &[u8]) -> Result<Request, WireError> {
-        guard::check_values(payload, Limits::message(payload.len())).map_err(|e| {
+        let malformed = |e: &dyn std::fmt::Display| {
             WireError::new("amqp:decode-error", 400, format!("cannot decode request: {e}"))
-        })?;
-        let Deserializable(message): Deserializable<Message<Body<Value>>> =
-            serde_amqp::from_slice(payload).map_err(|e| {
-                WireError::new("amqp:decode-error", 400, format!("cannot decode request: {e}"))
-            })?;
-        let body = match message.body {
-            Body::Value(AmqpValue(v)) => v,
-            _ => Value::Null,
         };
-        let properties = message.properties.unwrap_or_default();
-        Ok(Request {
-            message_id: properties.message_id,
-            reply_to: properties.reply_to,
-            application_properties: message.application_properties.map(|a| a.0).unwrap_or_default(),
-            body,
-        })
+        guard::check_values(payload, Limits::message(payload.len())).map_err(|e| malformed(&e))?;
+        let sections = codec::split_sections(payload).map_err(|e| malformed(&e))?;
+        if sections.is_empty() {
+            return Err(malformed(&"the message has no sections"));
+        }
+        let mut request = Request {
+            message_id: None,
+            reply_to: None,
+            application_properties: OrderedMap::new(),
+            body: Value::Null,
+        };
+        for section in &sections {
+            let bytes = &payload[section.start..section.end];
+            match section.code {
+                codec::PROPERTIES => {
+                    let properties: Properties =
+                        serde_amqp::from_slice(bytes).map_err(|e| malformed(&e))?;
+                    request.message_id = properties.message_id;
+                    request.reply_to = properties.reply_to;
+                }
+                codec::APPLICATION_PROPERTIES => {
+                    let ApplicationProperties(map) =
+                        serde_amqp::from_slice(bytes).map_err(|e| malformed(&e))?;
+                    request.application_properties = map;
+                }
+                codec::AMQP_VALUE => {
+                    let AmqpValue(body) =
+                        serde_amqp::from_slice(bytes).map_err(|e| malformed(&e))?;
+                    request.body = body;
+                }
+                // Header, annotations, data or sequence bodies, footer: no request reads them.
+                _ => {}
+            }
+        }
+        Ok(request)
     }
 
     /// An application property as a string (string or symbol on the wire).
@@ -91,18 +115,17 @@ pub fn encode_response(
     if let Some(c) = error_condition {
         props.insert(condition.to_owned(), SimpleValue::Symbol(c.into()));
     }
-    let message = Message {
-        header: None,
-        delivery_annotations: None,
-        message_annotations: None,
-        properties: Some(Properties { correlation_id: request_message_id, ..Default::default() }),
-        application_properties: Some(ApplicationProperties(props)),
-        body: Body::Value(AmqpValue(body.unwrap_or(Value::Null))),
-        footer: None,
-    };
-    Bytes::from(
-        serde_amqp::to_vec(&Serializable(message)).expect("responses serialize into memory"),
-    )
+    let properties = Properties { correlation_id: request_message_id, ..Default::default() };
+    let mut out = Vec::with_capacity(128);
+    put_section(&mut out, &properties);
+    put_section(&mut out, &ApplicationProperties(props));
+    put_section(&mut out, &AmqpValue(body.unwrap_or(Value::Null)));
+    Bytes::from(out)
+}
+
+/// Appends one section (a described type) to a message being encoded.
+fn put_section(out: &mut Vec<u8>, section: &impl Serialize) {
+    section.serialize(&mut Serializer::new(out)).expect("responses serialize into memory");
 }
 
 /// Encodes a failed response.
@@ -123,28 +146,75 @@ pub fn encode_error(
 
 #[cfg(test)]
 mod tests {
+    use serde::Deserialize;
+    use serde_amqp::de::Deserializer;
+    use serde_amqp::read::SliceReader;
+
     use super::*;
+
+    /// The sections of a response, read one after the other with serde_amqp alone.
+    fn sections(bytes: &[u8]) -> (Properties, OrderedMap<String, SimpleValue>, Value) {
+        let mut de = Deserializer::new(SliceReader::new(bytes));
+        let properties = Properties::deserialize(&mut de).unwrap();
+        let ApplicationProperties(props) = ApplicationProperties::deserialize(&mut de).unwrap();
+        let AmqpValue(body) = AmqpValue::<Value>::deserialize(&mut de).unwrap();
+        (properties, props, body)
+    }
 
     #[test]
     fn response_echoes_the_message_id_type_and_uses_the_dialects_spelling() {
         let id = MessageId::Uuid((*uuid::Uuid::new_v4().as_bytes()).into());
         let bytes = encode_response(Some(id.clone()), Dialect::Cbs, 202, "Accepted", None, None);
-        let Deserializable(m): Deserializable<Message<Body<Value>>> =
-            serde_amqp::from_slice(&bytes).unwrap();
-        assert_eq!(m.properties.unwrap().correlation_id, Some(id));
-        let props = m.application_properties.unwrap().0;
+        let (properties, props, body) = sections(&bytes);
+        assert_eq!(properties.correlation_id, Some(id));
         assert_eq!(props.get("status-code"), Some(&SimpleValue::Int(202)));
         assert!(props.get("error-condition").is_none());
+        assert_eq!(body, Value::Null);
 
         let error = WireError::not_found("q");
         let bytes = encode_error(Some(MessageId::String("7".into())), Dialect::Management, &error);
-        let Deserializable(m): Deserializable<Message<Body<Value>>> =
-            serde_amqp::from_slice(&bytes).unwrap();
-        let props = m.application_properties.unwrap().0;
+        let (_, props, _) = sections(&bytes);
         assert_eq!(props.get("statusCode"), Some(&SimpleValue::Int(404)));
         assert_eq!(
             props.get("errorCondition"),
             Some(&SimpleValue::Symbol("amqp:not-found".into()))
         );
+    }
+
+    /// A request as the SDKs encode one: properties, application-properties, amqp-value.
+    fn request(body: Value) -> Vec<u8> {
+        let properties = Properties {
+            message_id: Some(MessageId::Ulong(9)),
+            reply_to: Some("reply".into()),
+            ..Default::default()
+        };
+        let mut props = OrderedMap::new();
+        props.insert("operation".to_owned(), SimpleValue::Symbol("put-token".into()));
+        let mut out = Vec::new();
+        put_section(&mut out, &properties);
+        put_section(&mut out, &ApplicationProperties(props));
+        put_section(&mut out, &AmqpValue(body));
+        out
+    }
+
+    #[test]
+    fn request_gives_its_id_reply_to_properties_and_value_body() {
+        let mut map = OrderedMap::new();
+        map.insert(Value::String("lock-tokens".into()), Value::Long(3));
+        let request = Request::decode(&request(Value::Map(map))).unwrap();
+        assert_eq!(request.message_id, Some(MessageId::Ulong(9)));
+        assert_eq!(request.reply_to.as_deref(), Some("reply"));
+        assert_eq!(request.property("operation").as_deref(), Some("put-token"));
+        assert_eq!(request.field("lock-tokens"), Some(&Value::Long(3)));
+        assert_eq!(request.field("absent"), None);
+    }
+
+    #[test]
+    fn request_that_is_not_a_message_is_a_decode_error() {
+        let bytes = request(Value::String("token".into()));
+        for bad in [&[][..], &[0x40][..], &bytes[..bytes.len() - 1]] {
+            let error = Request::decode(bad).unwrap_err();
+            assert_eq!(error.condition, "amqp:decode-error", "{bad:?}");
+        }
     }
 }

@@ -1,0 +1,41 @@
+//! `com.microsoft:receive-by-sequence-number`: receives deferred messages by sequence number.
+
+use fe2o3_amqp_types::primitives::{Binary, Value};
+use ironbus_core::{Broker, EntityAddress, ReceiveMode, SequenceNumber};
+
+use crate::codec;
+use crate::error::WireError;
+use crate::request::Request;
+
+use super::fields::*;
+use super::Outcome;
+
+pub(super) async fn execute(
+    broker: Broker,
+    address: EntityAddress,
+    request: &Request,
+) -> Result<Outcome, WireError> {
+    let seqs: Vec<SequenceNumber> =
+        long_list(request, "sequence-numbers")?.into_iter().map(SequenceNumber).collect();
+    let mode = match request.field("receiver-settle-mode").and_then(as_i64) {
+        Some(0) => ReceiveMode::ReceiveAndDelete,
+        _ => ReceiveMode::PeekLock,
+    };
+    let received = broker.receive_deferred(address, &seqs, mode).await?;
+    let messages = received
+        .iter()
+        .map(|m| {
+            let token = m.lock_token().map(|t| t.0).unwrap_or_else(uuid::Uuid::nil);
+            map([
+                ("lock-token", Value::Uuid((*token.as_bytes()).into())),
+                (
+                    "message",
+                    Value::Binary(Binary::from(
+                        codec::encode_delivery(m, codec::DeliveryOptions::default()).to_vec(),
+                    )),
+                ),
+            ])
+        })
+        .collect();
+    Ok(Outcome::ok(Some(map([("messages", Value::List(messages))]))))
+}

@@ -1,0 +1,48 @@
+//! `com.microsoft:update-disposition`: settles locked messages by token (complete, abandon,
+//! defer, dead-letter), with properties to modify.
+
+use fe2o3_amqp_types::primitives::Value;
+use ironbus_core::{ApplicationProperties, Broker, Disposition, EntityAddress, LockToken};
+
+use crate::error::WireError;
+use crate::request::Request;
+
+use super::fields::*;
+use super::Outcome;
+
+pub(super) async fn execute(
+    broker: Broker,
+    address: EntityAddress,
+    request: &Request,
+) -> Result<Outcome, WireError> {
+    let status = match request.field("disposition-status") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Symbol(s)) => s.0.clone(),
+        _ => return Err(WireError::bad_request("update-disposition needs disposition-status")),
+    };
+    let properties = match request.field("properties-to-modify") {
+        Some(Value::Map(m)) => properties_to_modify(m),
+        _ => ApplicationProperties::new(),
+    };
+    let text = |name: &str| match request.field(name) {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    };
+    let disposition = match status.as_str() {
+        "completed" => Disposition::Complete,
+        "abandoned" => Disposition::Abandon { properties },
+        "defered" | "deferred" => Disposition::Defer { properties },
+        "suspended" => Disposition::DeadLetter {
+            reason: text("deadletter-reason"),
+            description: text("deadletter-description"),
+            properties,
+        },
+        other => {
+            return Err(WireError::bad_request(format!("unknown disposition-status {other:?}")))
+        }
+    };
+    for token in uuid_list(request, "lock-tokens")? {
+        broker.settle(address.clone(), LockToken(token), disposition.clone()).await?;
+    }
+    Ok(Outcome::ok(None))
+}
