@@ -374,6 +374,12 @@ impl Broker {
         description: EntityDescription,
     ) -> Result<EntityInfo> {
         let kind = description.kind();
+        if !kind.fits(path.shape()) {
+            return Err(BrokerError::invalid(
+                "EntityName",
+                format!("{path:?} is not the path of a {}", kind.as_str()),
+            ));
+        }
         match description {
             EntityDescription::Queue(queue) => self.create_queue_at(path, queue).await,
             EntityDescription::Topic(_)

@@ -111,3 +111,19 @@ async fn entities_survive_a_restart_under_their_path() {
     let info = reopened.get_entity(&path("ORDERS")).await.unwrap();
     assert_eq!((info.path.as_str(), info.kind()), ("Orders", EntityKind::Queue));
 }
+
+#[tokio::test]
+async fn a_queue_cannot_take_the_path_of_a_subscription() {
+    let (broker, _) = broker().await;
+    for name in ["t/Subscriptions/s", "t/subscriptions/s/rules/r"] {
+        assert!(
+            matches!(
+                broker.create_queue(name, QueueDescription::default()).await,
+                Err(BrokerError::InvalidArgument { field: "EntityName", .. })
+            ),
+            "{name}"
+        );
+    }
+    // `Subscriptions` as the first segment is an ordinary name.
+    broker.create_queue("Subscriptions/x", QueueDescription::default()).await.unwrap();
+}
