@@ -14,9 +14,11 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::oneshot;
 
+use crate::address::{EntityAddress, EntityPath};
 use crate::clock::Clock;
-use crate::codec::{self, EntityKind, EntityRecord};
+use crate::codec::{self, EntityRecord};
 use crate::description::{validate_entity_name, NamespaceLimits, QueueDescription};
+use crate::entity::{EntityDescription, EntityInfo, EntityKind};
 use crate::error::{BrokerError, Result};
 use crate::keys::{self, EntityId};
 use crate::message::{Disposition, Message, ReceivedMessage};
@@ -31,35 +33,6 @@ use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue
 /// The answer to a send started with [`Broker::start_send`].
 pub type SendFuture = Pin<Box<dyn Future<Output = Result<Vec<SendOutcome>>> + Send>>;
 
-/// The name of the dead-letter sub-queue in addresses.
-pub const DEAD_LETTER_QUEUE: &str = "$DeadLetterQueue";
-
-/// What an operation addresses: an entity and one of its sub-queues.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EntityAddress {
-    pub entity: String,
-    pub queue: SubQueue,
-}
-
-impl EntityAddress {
-    /// Parses `name` or `name/$DeadLetterQueue` (case-insensitive).
-    pub fn parse(path: &str) -> Self {
-        let path = path.trim_matches('/');
-        if let Some((entity, last)) = path.rsplit_once('/') {
-            if last.eq_ignore_ascii_case(DEAD_LETTER_QUEUE) {
-                return EntityAddress { entity: entity.to_owned(), queue: SubQueue::DeadLetter };
-            }
-        }
-        EntityAddress { entity: path.to_owned(), queue: SubQueue::Main }
-    }
-}
-
-impl From<&str> for EntityAddress {
-    fn from(path: &str) -> Self {
-        EntityAddress::parse(path)
-    }
-}
-
 /// A queue's description and bookkeeping, as management returns it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueueInfo {
@@ -67,6 +40,25 @@ pub struct QueueInfo {
     pub description: QueueDescription,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+}
+
+impl QueueInfo {
+    /// The queue an entity is; an entity of another kind is not found (as a queue).
+    pub fn from_entity(info: &EntityInfo) -> Result<QueueInfo> {
+        match &info.description {
+            EntityDescription::Queue(description) => Ok(QueueInfo {
+                name: info.path.to_string(),
+                description: description.clone(),
+                created_at: info.created_at,
+                updated_at: info.updated_at,
+            }),
+            EntityDescription::Topic(_)
+            | EntityDescription::Subscription(_)
+            | EntityDescription::Rule(_) => {
+                Err(BrokerError::EntityNotFound { entity: info.path.to_string() })
+            }
+        }
+    }
 }
 
 /// Whether every partition of an entity can serve.
@@ -100,7 +92,9 @@ pub struct QueueRuntime {
 /// An entity and its running partitions.
 pub(crate) struct EntityHandle {
     pub(crate) id: EntityId,
-    pub(crate) name: String,
+    pub(crate) path: EntityPath,
+    /// The entity's kind (it never changes).
+    kind: EntityKind,
     record: RwLock<EntityRecord>,
     /// The description in `record`, shared cheaply with the hot path.
     description: RwLock<Arc<QueueDescription>>,
@@ -110,7 +104,7 @@ pub(crate) struct EntityHandle {
 
 impl fmt::Debug for EntityHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EntityHandle").field("id", &self.id).field("name", &self.name).finish()
+        f.debug_struct("EntityHandle").field("id", &self.id).field("path", &self.path).finish()
     }
 }
 
@@ -246,8 +240,8 @@ impl Broker {
             let page = broker.namespace_store().scan(&start, &end, 256).await?;
             for (_, value) in &page {
                 let record = codec::decode_entity(value)?;
-                let handle = broker.start_entity(record);
-                broker.entities_mut().insert(handle.name.to_lowercase(), handle);
+                let handle = broker.start_entity(record)?;
+                broker.entities_mut().insert(handle.path.key().to_owned(), handle);
             }
             match page.last() {
                 Some((last, _)) if page.len() == 256 => {
@@ -318,16 +312,32 @@ impl Broker {
         self.inner.entities.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn entity(&self, name: &str) -> Result<Arc<EntityHandle>> {
+    fn entity(&self, path: &EntityPath) -> Result<Arc<EntityHandle>> {
         self.entities()
-            .get(&name.to_lowercase())
+            .get(path.key())
             .cloned()
-            .ok_or_else(|| BrokerError::EntityNotFound { entity: name.to_owned() })
+            .ok_or_else(|| BrokerError::EntityNotFound { entity: path.to_string() })
     }
 
-    fn start_entity(&self, record: EntityRecord) -> Arc<EntityHandle> {
-        let EntityKind::Queue(description) = &record.kind;
-        let description = Arc::new(description.clone());
+    /// The entity a name given by a caller names; a name that is no entity path (a sub-queue,
+    /// a management node) names none.
+    fn entity_named(&self, name: &str) -> Result<Arc<EntityHandle>> {
+        let path = EntityPath::parse(name).unwrap_or_else(|_| EntityPath::verbatim(name));
+        self.entity(&path)
+    }
+
+    fn start_entity(&self, record: EntityRecord) -> Result<Arc<EntityHandle>> {
+        // Records are keyed by their path; a name that does not parse (written before names
+        // were parsed) is kept as it is, which keeps its key.
+        let path =
+            EntityPath::parse(&record.name).unwrap_or_else(|_| EntityPath::verbatim(&record.name));
+        let kind = record.description.kind();
+        let description = match &record.description {
+            EntityDescription::Queue(description) => Arc::new(description.clone()),
+            EntityDescription::Topic(_)
+            | EntityDescription::Subscription(_)
+            | EntityDescription::Rule(_) => return Err(unimplemented(kind)),
+        };
         let partitions = (0..description.partitions())
             .map(|p| {
                 partition::spawn(PartitionContext {
@@ -341,35 +351,75 @@ impl Broker {
                 })
             })
             .collect();
-        Arc::new(EntityHandle {
+        Ok(Arc::new(EntityHandle {
             id: record.id,
-            name: record.name.clone(),
+            path,
+            kind,
             record: RwLock::new(record),
             description: RwLock::new(description),
             partitions,
             round_robin: RoundRobin::default(),
-        })
+        }))
     }
 
     // ---- management ----
 
-    /// Creates a queue. Validates the name and every field, enforces the namespace quotas, and
-    /// writes the queue and all its partitions in one atomic store write.
+    /// Creates an entity of the description's kind at `path`. Validates the path and every
+    /// field, enforces the namespace quotas, and writes the entity and all its partitions in
+    /// one atomic store write. Only queues are built; other kinds are
+    /// [`BrokerError::Unimplemented`].
+    pub async fn create_entity(
+        &self,
+        path: &EntityPath,
+        description: EntityDescription,
+    ) -> Result<EntityInfo> {
+        let kind = description.kind();
+        if !kind.fits(path.shape()) {
+            return Err(BrokerError::invalid(
+                "EntityName",
+                format!("{path:?} is not the path of a {}", kind.as_str()),
+            ));
+        }
+        match description {
+            EntityDescription::Queue(queue) => self.create_queue_at(path, queue).await,
+            EntityDescription::Topic(_)
+            | EntityDescription::Subscription(_)
+            | EntityDescription::Rule(_) => Err(unimplemented(kind)),
+        }
+    }
+
+    /// Creates a queue (see [`Broker::create_entity`]).
     pub async fn create_queue(
         &self,
         name: &str,
         description: QueueDescription,
     ) -> Result<QueueInfo> {
         validate_entity_name(name)?;
+        let path = EntityPath::parse(name)
+            .map_err(|e| BrokerError::invalid("EntityName", e.to_string()))?;
+        QueueInfo::from_entity(
+            &self.create_entity(&path, EntityDescription::Queue(description)).await?,
+        )
+    }
+
+    async fn create_queue_at(
+        &self,
+        path: &EntityPath,
+        description: QueueDescription,
+    ) -> Result<EntityInfo> {
+        let name = path.as_str();
+        validate_entity_name(name)?;
         description.validate()?;
         let _guard = self.inner.management.lock().await;
         {
             let entities = self.entities();
-            if entities.contains_key(&name.to_lowercase()) {
+            if entities.contains_key(path.key()) {
                 return Err(BrokerError::EntityAlreadyExists { entity: name.to_owned() });
             }
             let limits = self.inner.limits;
-            if entities.len() >= limits.max_entities {
+            let counted =
+                entities.values().filter(|e| e.kind.counts_toward_namespace_quota()).count();
+            if counted >= limits.max_entities {
                 return Err(BrokerError::QuotaExceeded(format!(
                     "the namespace already has the maximum of {} entities",
                     limits.max_entities
@@ -383,20 +433,21 @@ impl Broker {
                 )));
             }
         }
-        self.check_forward_targets(name, &description)?;
+        self.check_forward_targets(path, &description)?;
         let now = self.inner.clock.now();
         let id = self.inner.next_entity_id.load(Ordering::Acquire);
+        let partitions = description.partitions();
         let record = EntityRecord {
             id,
             name: name.to_owned(),
-            kind: EntityKind::Queue(description.clone()),
+            description: EntityDescription::Queue(description),
             created_at: now,
             updated_at: now,
         };
         // Partition records first, each in its partition's store; the entity record, written
         // last to the namespace store, commits the creation.
         let mut batches: Vec<WriteBatch> = vec![WriteBatch::new(); self.inner.stores.len()];
-        for p in 0..description.partitions() {
+        for p in 0..partitions {
             let index = self.store_index(id, PartitionId(p));
             batches[index]
                 .put(keys::partition_record(id, PartitionId(p)), codec::encode_partition(0));
@@ -408,25 +459,31 @@ impl Broker {
             }
         }
         batch.put(keys::next_entity_id(), codec::encode_partition(id + 1));
-        batch.put(keys::entity(&name.to_lowercase()), codec::encode_entity(&record));
+        batch.put(keys::entity(path.key()), codec::encode_entity(&record));
         self.namespace_store().write(batch).await?;
         self.inner.next_entity_id.store(id + 1, Ordering::Release);
-        let handle = self.start_entity(record.clone());
-        self.entities_mut().insert(name.to_lowercase(), handle);
-        tracing::info!(entity = %name, partitions = description.partitions(), "queue created");
-        Ok(queue_info(&record))
+        let handle = self.start_entity(record.clone())?;
+        self.entities_mut().insert(path.key().to_owned(), handle);
+        tracing::info!(entity = %name, partitions, "queue created");
+        Ok(entity_info(&record))
     }
 
-    fn check_forward_targets(&self, name: &str, description: &QueueDescription) -> Result<()> {
+    fn check_forward_targets(
+        &self,
+        path: &EntityPath,
+        description: &QueueDescription,
+    ) -> Result<()> {
         for (field, target) in [
             ("ForwardTo", &description.forward_to),
             ("ForwardDeadLetteredMessagesTo", &description.forward_dead_lettered_messages_to),
         ] {
             let Some(target) = target else { continue };
-            if target.eq_ignore_ascii_case(name) {
+            let target_path =
+                EntityPath::parse(target).unwrap_or_else(|_| EntityPath::verbatim(target));
+            if target_path == *path {
                 return Err(BrokerError::invalid(field, "an entity cannot forward to itself"));
             }
-            if !self.entities().contains_key(&target.to_lowercase()) {
+            if !self.entities().contains_key(target_path.key()) {
                 return Err(BrokerError::invalid(
                     field,
                     format!("the destination entity {target} does not exist"),
@@ -436,15 +493,20 @@ impl Broker {
         Ok(())
     }
 
+    /// An entity's description, whatever its kind.
+    pub async fn get_entity(&self, path: &EntityPath) -> Result<EntityInfo> {
+        Ok(entity_info(&self.entity(path)?.record()))
+    }
+
     /// A queue's description.
     pub async fn get_queue(&self, name: &str) -> Result<QueueInfo> {
-        Ok(queue_info(&self.entity(name)?.record()))
+        QueueInfo::from_entity(&entity_info(&self.entity_named(name)?.record()))
     }
 
     /// The store key prefix under which one partition of a queue keeps all its records. For
     /// tools that act on one partition's storage: fault injection in tests, diagnostics.
     pub fn partition_key_prefix(&self, name: &str, partition: PartitionId) -> Result<bytes::Bytes> {
-        let entity = self.entity(name)?;
+        let entity = self.entity_named(name)?;
         if entity.partition(partition).is_none() {
             return Err(BrokerError::InvalidArgument {
                 field: "PartitionId",
@@ -457,16 +519,35 @@ impl Broker {
         Ok(keys::partition_prefix(entity.id, partition))
     }
 
+    /// Every entity of one kind, ordered by path, from `skip`, at most `top`.
+    pub async fn list_entities(
+        &self,
+        kind: EntityKind,
+        skip: usize,
+        top: usize,
+    ) -> Result<Vec<EntityInfo>> {
+        let mut entities: Vec<(EntityPath, EntityRecord)> = self
+            .entities()
+            .values()
+            .filter(|e| e.kind == kind)
+            .map(|e| (e.path.clone(), e.record()))
+            .collect();
+        entities.sort_by(|a, b| a.0.key().cmp(b.0.key()));
+        Ok(entities.iter().skip(skip).take(top).map(|(_, record)| entity_info(record)).collect())
+    }
+
     /// Every queue, ordered by name, from `skip`, at most `top`.
     pub async fn list_queues(&self, skip: usize, top: usize) -> Result<Vec<QueueInfo>> {
-        let mut records: Vec<EntityRecord> = self.entities().values().map(|e| e.record()).collect();
-        records.sort_by_key(|r| r.name.to_lowercase());
-        Ok(records.iter().skip(skip).take(top).map(queue_info).collect())
+        self.list_entities(EntityKind::Queue, skip, top)
+            .await?
+            .iter()
+            .map(QueueInfo::from_entity)
+            .collect()
     }
 
     /// A queue's counts summed over its partitions, and whether all of them can serve.
     pub async fn get_queue_runtime(&self, name: &str) -> Result<QueueRuntime> {
-        let entity = self.entity(name)?;
+        let entity = self.entity_named(name)?;
         let record = entity.record();
         let mut total = PartitionCounts::default();
         let mut unavailable = Vec::new();
@@ -515,45 +596,75 @@ impl Broker {
         Ok(())
     }
 
-    /// Replaces a queue's description. The properties fixed at creation must not change; every
-    /// partition must be available.
+    /// Replaces an entity's description with one of the same kind. The properties fixed at
+    /// creation must not change; every partition must be available.
+    pub async fn update_entity(
+        &self,
+        path: &EntityPath,
+        description: EntityDescription,
+    ) -> Result<EntityInfo> {
+        let _guard = self.inner.management.lock().await;
+        let entity = self.entity(path)?;
+        let mut record = entity.record();
+        if record.description.kind() != description.kind() {
+            return Err(BrokerError::InvalidOperation(format!(
+                "{} is a {}, not a {}",
+                entity.path,
+                record.description.kind().as_str(),
+                description.kind().as_str()
+            )));
+        }
+        let shared = match (&record.description, &description) {
+            (EntityDescription::Queue(current), EntityDescription::Queue(new)) => {
+                current.validate_update(new)?;
+                self.check_forward_targets(&entity.path, new)?;
+                Arc::new(new.clone())
+            }
+            (EntityDescription::Queue(_), _)
+            | (
+                EntityDescription::Topic(_)
+                | EntityDescription::Subscription(_)
+                | EntityDescription::Rule(_),
+                _,
+            ) => return Err(unimplemented(description.kind())),
+        };
+        self.require_all_partitions(&entity).await?;
+        record.description = description;
+        record.updated_at = self.inner.clock.now();
+        let mut batch = WriteBatch::new();
+        batch.put(keys::entity(entity.path.key()), codec::encode_entity(&record));
+        self.namespace_store().write(batch).await?;
+        entity.set_record(record.clone(), shared.clone());
+        for p in &entity.partitions {
+            p.send(Command::Update(shared.clone()));
+        }
+        Ok(entity_info(&record))
+    }
+
+    /// Replaces a queue's description (see [`Broker::update_entity`]).
     pub async fn update_queue(
         &self,
         name: &str,
         description: QueueDescription,
     ) -> Result<QueueInfo> {
-        let _guard = self.inner.management.lock().await;
-        let entity = self.entity(name)?;
-        let mut record = entity.record();
-        let EntityKind::Queue(current) = &record.kind;
-        current.validate_update(&description)?;
-        self.check_forward_targets(&entity.name, &description)?;
-        self.require_all_partitions(&entity).await?;
-        record.kind = EntityKind::Queue(description.clone());
-        record.updated_at = self.inner.clock.now();
-        let mut batch = WriteBatch::new();
-        batch.put(keys::entity(&name.to_lowercase()), codec::encode_entity(&record));
-        self.namespace_store().write(batch).await?;
-        let shared = Arc::new(description);
-        entity.set_record(record.clone(), shared.clone());
-        for p in &entity.partitions {
-            p.send(Command::Update(shared.clone()));
-        }
-        Ok(queue_info(&record))
+        let path = self.entity_named(name)?.path.clone();
+        QueueInfo::from_entity(
+            &self.update_entity(&path, EntityDescription::Queue(description)).await?,
+        )
     }
 
-    /// Deletes a queue and every message in it. Every partition must be available.
-    pub async fn delete_queue(&self, name: &str) -> Result<()> {
+    /// Deletes an entity and every message in it. Every partition must be available.
+    pub async fn delete_entity(&self, path: &EntityPath) -> Result<()> {
         let _guard = self.inner.management.lock().await;
-        let entity = self.entity(name)?;
+        let entity = self.entity(path)?;
         self.require_all_partitions(&entity).await?;
         let mut batch = WriteBatch::new();
-        batch.delete(keys::entity(&name.to_lowercase()));
+        batch.delete(keys::entity(entity.path.key()));
         let prefix = keys::entity_prefix(entity.id);
         let end = crate::store::prefix_end(&prefix);
         batch.delete_range(prefix.clone(), end.clone());
         self.namespace_store().write(batch).await?;
-        self.entities_mut().remove(&name.to_lowercase());
+        self.entities_mut().remove(entity.path.key());
         entity.close();
         // The entity record is gone, so what other stores hold of it is unreachable (ids are
         // never reused); reclaim it now, and only log if a store cannot.
@@ -561,11 +672,17 @@ impl Broker {
             let mut batch = WriteBatch::new();
             batch.delete_range(prefix.clone(), end.clone());
             if let Err(e) = store.write(batch).await {
-                tracing::warn!(entity = %name, error = %e, "could not delete a deleted queue's messages from a store");
+                tracing::warn!(entity = %entity.path, error = %e, "could not delete a deleted entity's messages from a store");
             }
         }
-        tracing::info!(entity = %name, "queue deleted");
+        tracing::info!(entity = %entity.path, kind = entity.kind.as_str(), "entity deleted");
         Ok(())
+    }
+
+    /// Deletes a queue and every message in it (see [`Broker::delete_entity`]).
+    pub async fn delete_queue(&self, name: &str) -> Result<()> {
+        let path = self.entity_named(name)?.path.clone();
+        self.delete_entity(&path).await
     }
 
     // ---- sending ----
@@ -603,7 +720,7 @@ impl Broker {
         }
         if !description.status.can_send() {
             return Err(BrokerError::EntityDisabled {
-                entity: entity.name.clone(),
+                entity: entity.path.to_string(),
                 status: description.status.as_str(),
             });
         }
@@ -621,7 +738,7 @@ impl Broker {
         if used + incoming > limit {
             return Err(BrokerError::QuotaExceeded(format!(
                 "{} is full: {used} of {limit} bytes used",
-                entity.name
+                entity.path
             )));
         }
 
@@ -641,7 +758,7 @@ impl Broker {
                         return Err(BrokerError::InvalidOperation(format!(
                             "the messages of one batch sent to partitioned entity {} must share \
                              one partition key; found {first:?} and {key:?}",
-                            entity.name
+                            entity.path
                         )))
                     }
                     _ => batch_key = Some(key),
@@ -720,7 +837,7 @@ impl Broker {
             Ok(())
         } else {
             Err(BrokerError::EntityDisabled {
-                entity: entity.name.clone(),
+                entity: entity.path.to_string(),
                 status: status.as_str(),
             })
         }
@@ -911,14 +1028,24 @@ fn send_round_robin(entity: Arc<EntityHandle>, messages: Vec<Arc<Message>>) -> S
     })
 }
 
-fn queue_info(record: &EntityRecord) -> QueueInfo {
-    let EntityKind::Queue(description) = &record.kind;
-    QueueInfo {
-        name: record.name.clone(),
-        description: description.clone(),
+fn entity_info(record: &EntityRecord) -> EntityInfo {
+    EntityInfo {
+        path: EntityPath::parse(&record.name)
+            .unwrap_or_else(|_| EntityPath::verbatim(&record.name)),
+        description: record.description.clone(),
         created_at: record.created_at,
         updated_at: record.updated_at,
     }
+}
+
+/// The error of an operation on a kind of entity that is not built yet.
+fn unimplemented(kind: EntityKind) -> BrokerError {
+    BrokerError::Unimplemented(match kind {
+        EntityKind::Queue => "queues",
+        EntityKind::Topic => "topics",
+        EntityKind::Subscription => "subscriptions",
+        EntityKind::Rule => "rules",
+    })
 }
 
 /// Groups sequence numbers by the partition that issued them, dropping those of no partition.

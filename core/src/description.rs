@@ -1,5 +1,6 @@
 //! Entity descriptions: Service Bus's queue properties, their defaults and their validation.
-//! Topics and subscriptions will get descriptions of their own beside [`QueueDescription`].
+//! Topics, subscriptions and rules have their descriptions beside [`QueueDescription`]; they are
+//! placeholders until those kinds are built (see [`crate::entity`]).
 
 use std::time::Duration;
 
@@ -70,6 +71,19 @@ pub struct QueueDescription {
     pub status: EntityStatus,
     pub user_metadata: Option<String>,
 }
+
+/// A topic's properties. A placeholder: topics are not built yet, and no topic record has
+/// been written; its fields (and their encoding) arrive with topics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TopicDescription {}
+
+/// A subscription's properties. A placeholder, like [`TopicDescription`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SubscriptionDescription {}
+
+/// A subscription rule's filter and action. A placeholder, like [`TopicDescription`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RuleDescription {}
 
 impl Default for QueueDescription {
     fn default() -> Self {

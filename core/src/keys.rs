@@ -1,7 +1,8 @@
 //! The key layout. The core owns it; a store sees opaque, byte-ordered keys.
 //!
 //! ```text
-//! n e <entity name, lowercase>            entity record (id, kind, description)
+//! n e <entity path key>                   entity record (id, kind, description) of a queue, topic,
+//!                                         subscription (`t/subscriptions/s`) or rule (`…/rules/r`)
 //! n i                                     next entity id (u64 big-endian)
 //! n c                                     number of stores the namespace was created with
 //! p <entity id u64> <partition u16> s     partition record (sequence counter)
@@ -35,6 +36,9 @@ const BODY: u8 = b'b';
 /// Identifies an entity in the store; assigned at creation, never reused.
 pub type EntityId = u64;
 
+/// The key of an entity's record: its path's key ([`crate::address::EntityPath::key`]), so
+/// the records of a topic's subscriptions (and of their rules) share one prefix
+/// (`n e t/subscriptions/`), which one scan or range delete covers.
 pub fn entity(name_key: &str) -> Bytes {
     let mut k = BytesMut::with_capacity(2 + name_key.len());
     k.put_u8(NAMESPACE);

@@ -6,18 +6,23 @@
 //! caller's tokio runtime and reads time from a [`Clock`](clock::Clock).
 //!
 //! - [`Broker`] is the handle transports call: management, send, receive, settle, peek.
+//! - [`Address::parse`] is the one parser of what clients name: an [`EntityPath`] (queue, topic,
+//!   subscription, rule), a sub-queue, a `$management` node. [`EntityKind`] is what the
+//!   namespace holds at a path.
 //! - Each partition of an entity is an actor ([`partition`]) that owns its state and writes it
 //!   through to the store, one write per cycle.
 //! - [`Transport`] is the front-end plug-in; [`Store`](store::Store) the storage plug-in.
 //! - The rules that need no I/O are plain functions and types: [`router`], [`dedup`],
 //!   [`description`] validation.
 
+pub mod address;
 pub mod auth;
 pub mod broker;
 pub mod clock;
 pub mod codec;
 pub mod dedup;
 pub mod description;
+pub mod entity;
 pub mod error;
 pub mod keys;
 pub mod message;
@@ -31,11 +36,14 @@ pub mod testing;
 pub mod transport;
 pub mod types;
 
-pub use broker::{
-    Availability, Broker, BrokerOptions, EntityAddress, QueueInfo, QueueRuntime, SendFuture,
-};
+pub use address::{Address, AddressError, EntityAddress, EntityPath, PathShape};
+pub use broker::{Availability, Broker, BrokerOptions, QueueInfo, QueueRuntime, SendFuture};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use description::{EntityStatus, NamespaceLimits, QueueDescription};
+pub use description::{
+    EntityStatus, NamespaceLimits, QueueDescription, RuleDescription, SubscriptionDescription,
+    TopicDescription,
+};
+pub use entity::{EntityDescription, EntityInfo, EntityKind};
 pub use error::{BrokerError, Result};
 pub use message::{
     ApplicationProperties, BrokerProperties, Disposition, Message, MessageLock, MessageProperties,

@@ -145,7 +145,7 @@ pub struct Receiver {
 impl fmt::Debug for Receiver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Receiver")
-            .field("entity", &self.entity.name)
+            .field("entity", &self.entity.path)
             .field("queue", &self.shared.queue)
             .field("mode", &self.shared.mode)
             .finish()

@@ -12,8 +12,8 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use ironbus_core::{
-    ApplicationProperties, Broker, Disposition, LockToken, Message, MessageProperties,
-    MessageState, PropertyValue, ReceiveMode, ReceivedMessage, Timestamp,
+    ApplicationProperties, Broker, Disposition, EntityAddress, LockToken, Message,
+    MessageProperties, MessageState, PropertyValue, ReceiveMode, ReceivedMessage, Timestamp,
 };
 use serde_json::{Map, Value};
 
@@ -417,15 +417,15 @@ pub fn receive_timeout(params: &[(String, String)]) -> Result<Duration, HttpErro
 /// drained, so a message that was on its way is still returned rather than lost.
 pub async fn receive_one(
     broker: &Broker,
-    entity: &str,
+    entity: &EntityAddress,
     mode: ReceiveMode,
     timeout: Duration,
 ) -> Result<Option<ReceivedMessage>, HttpError> {
     let receiver = broker
-        .open_receiver(entity, mode)
+        .open_receiver(entity.clone(), mode)
         .await
         .map_err(|e| HttpError::from_broker(e, Plane::Data))?;
-    let entity = entity.to_owned();
+    let entity = entity.to_string();
     let task = tokio::spawn(async move {
         receiver.add_credit(1);
         match tokio::time::timeout(timeout, receiver.recv()).await {
@@ -455,22 +455,22 @@ pub fn lock_token(text: &str) -> Result<LockToken, HttpError> {
 /// Runs a lock operation.
 pub async fn lock_op(
     broker: &Broker,
-    entity: &str,
+    entity: &EntityAddress,
     op: LockOp,
     token: LockToken,
 ) -> Result<(), HttpError> {
     let result = match op {
-        LockOp::Complete => broker.complete(entity, token).await,
+        LockOp::Complete => broker.complete(entity.clone(), token).await,
         LockOp::Unlock => {
             broker
                 .settle(
-                    entity,
+                    entity.clone(),
                     token,
                     Disposition::Abandon { properties: ApplicationProperties::new() },
                 )
                 .await
         }
-        LockOp::Renew => broker.renew_lock(entity, token).await.map(|_| ()),
+        LockOp::Renew => broker.renew_lock(entity.clone(), token).await.map(|_| ()),
     };
     result.map_err(|e| HttpError::from_broker(e, Plane::Data))
 }

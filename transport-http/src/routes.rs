@@ -2,9 +2,12 @@
 //! compared case-insensitively: clients disagree on casing (`queues`/`Queues`,
 //! `subscriptions`/`Subscriptions`), on encoding (`%2F`, `%24`) and on trailing slashes, and
 //! queue names may themselves contain `/` (http.md pitfall 2). A fixed axum pattern per route
-//! cannot express that, so one fallback handler routes with [`route`].
+//! cannot express that, so one fallback handler routes with [`route`]. This module knows the
+//! HTTP keywords (`$Resources`, `messages`, `head`, lock URIs); what is left of the path is an
+//! address, parsed by the core's one grammar ([`Address::parse`]).
 
 use axum::http::Method;
+use ironbus_core::{Address, AddressError, EntityAddress, EntityPath, PathShape, SubQueue};
 
 use crate::error::HttpError;
 
@@ -19,25 +22,27 @@ pub enum Route {
     ListQueues,
     /// `POST /{entity}/messages`.
     Send {
-        entity: String,
+        entity: EntityAddress,
     },
     /// `POST` (peek-lock) or `DELETE` (receive-and-delete) `/{entity}/messages/head`.
     Receive {
-        entity: String,
+        entity: EntityAddress,
         peek_lock: bool,
     },
     /// `PUT` / `DELETE` / `POST` `/{entity}/messages/{id}/{lock-token}`.
     Lock {
-        entity: String,
+        entity: EntityAddress,
         op: LockOp,
         token: String,
     },
     /// `GET` / `PUT` / `DELETE` `/{entity}`.
     Entity {
-        name: String,
+        path: EntityPath,
     },
-    /// Topics, subscriptions, rules.
+    /// Topics, subscriptions, rules: their entities, listings and messages.
     NotQueues,
+    /// An address the core recognises but does not build yet (transfer queues).
+    Unimplemented(String),
 }
 
 /// What a lock URI request does.
@@ -130,22 +135,24 @@ pub fn route(method: &Method, path: &str, ops: bool) -> Result<Route, HttpError>
             _ => Err(HttpError::not_found(format!("no such resource collection /{path}"))),
         };
     }
-    // `{topic}/subscriptions[/{sub}[/rules[/{rule}]|/messages...]]`
-    if (1..n).any(|i| is(i, "subscriptions")) {
-        return Ok(Route::NotQueues);
-    }
-    let entity = |upto: usize| segments[..upto].join("/");
+    // A data-plane route on the address in the first `upto` segments.
+    let data = |upto: usize, make: &dyn Fn(EntityAddress) -> Route| -> Result<Route, HttpError> {
+        match address(&segments[..upto].join("/")) {
+            Ok(Parsed::Queue(address)) => Ok(make(address)),
+            Ok(Parsed::Other) => Ok(Route::NotQueues),
+            Err(Unparsed::Unimplemented(what)) => Ok(Route::Unimplemented(what)),
+            Err(Unparsed::Error(e)) => Err(e),
+        }
+    };
     let data_method =
         *method == Method::POST || *method == Method::DELETE || *method == Method::PUT;
     if n >= 2 && is(n - 1, "messages") && *method == Method::POST {
-        return Ok(Route::Send { entity: entity(n - 1) });
+        return data(n - 1, &|entity| Route::Send { entity });
     }
     if n >= 3 && is(n - 2, "messages") && is(n - 1, "head") {
         if *method == Method::POST || *method == Method::DELETE {
-            return Ok(Route::Receive {
-                entity: entity(n - 2),
-                peek_lock: *method == Method::POST,
-            });
+            let peek_lock = *method == Method::POST;
+            return data(n - 2, &|entity| Route::Receive { entity, peek_lock });
         }
         if *method != Method::GET && *method != Method::PUT {
             return not_allowed();
@@ -157,11 +164,61 @@ pub fn route(method: &Method, path: &str, ops: bool) -> Result<Route, HttpError>
             Method::DELETE => LockOp::Complete,
             _ => LockOp::Renew,
         };
-        return Ok(Route::Lock { entity: entity(n - 3), op, token: segments[n - 1].to_owned() });
+        let token = segments[n - 1];
+        return data(n - 3, &|entity| Route::Lock { entity, op, token: token.to_owned() });
     }
-    match *method {
-        Method::GET | Method::PUT | Method::DELETE => Ok(Route::Entity { name: path.to_owned() }),
-        _ => not_allowed(),
+    if !matches!(*method, Method::GET | Method::PUT | Method::DELETE) {
+        return not_allowed();
+    }
+    if EntityPath::parse_listing(path).is_some() {
+        return Ok(Route::NotQueues);
+    }
+    match address(path) {
+        Ok(Parsed::Queue(EntityAddress { entity, queue: SubQueue::Main })) => {
+            Ok(Route::Entity { path: entity })
+        }
+        Ok(Parsed::Queue(_)) if *method == Method::PUT => Err(HttpError::bad_request(format!(
+            "/{path} is a sub-queue; only entities are created"
+        ))),
+        Ok(Parsed::Queue(_)) => Err(HttpError::not_found(format!(
+            "/{path} is a sub-queue, not an entity with a description"
+        ))),
+        Ok(Parsed::Other) => Ok(Route::NotQueues),
+        Err(Unparsed::Unimplemented(e)) => Ok(Route::Unimplemented(e)),
+        Err(Unparsed::Error(e)) => Err(e),
+    }
+}
+
+/// What the entity part of a path addresses.
+enum Parsed {
+    /// A queue (or, by its shape, a topic) and its sub-queue.
+    Queue(EntityAddress),
+    /// A subscription or rule (not served yet).
+    Other,
+}
+
+/// Why the entity part of a path is not an address this transport serves.
+enum Unparsed {
+    /// Recognised but not built: answered 501 after authorization.
+    Unimplemented(String),
+    Error(HttpError),
+}
+
+/// Parses the entity part of a path with the core's address grammar. A `$management` node is
+/// AMQP's; over HTTP it names nothing.
+fn address(path: &str) -> Result<Parsed, Unparsed> {
+    match Address::parse(path) {
+        Ok(Address::Entity(address)) => match address.entity.shape() {
+            PathShape::QueueOrTopic => Ok(Parsed::Queue(address)),
+            PathShape::Subscription | PathShape::Rule => Ok(Parsed::Other),
+        },
+        Ok(Address::Management(_)) => Err(Unparsed::Error(HttpError::not_found(format!(
+            "/{path} is an AMQP management node; HTTP has no entity there"
+        )))),
+        Err(e @ AddressError::NotImplemented { .. }) => Err(Unparsed::Unimplemented(e.to_string())),
+        Err(e @ (AddressError::Empty | AddressError::Malformed { .. })) => {
+            Err(Unparsed::Error(HttpError::bad_request(e.to_string())))
+        }
     }
 }
 
@@ -200,7 +257,7 @@ mod tests {
         assert_eq!(r(Method::GET, "$Resources/Queues"), Route::ListQueues);
         assert_eq!(r(Method::GET, "$resources/queues"), Route::ListQueues);
         assert_eq!(r(Method::GET, "$namespaceinfo"), Route::NamespaceInfo);
-        assert_eq!(r(Method::PUT, "a/b"), Route::Entity { name: "a/b".into() });
+        assert_eq!(r(Method::PUT, "a/b"), Route::Entity { path: path("a/b") });
         assert_eq!(r(Method::POST, "a/b/Messages"), Route::Send { entity: "a/b".into() });
         assert_eq!(
             r(Method::DELETE, "q/messages/head"),
@@ -219,9 +276,57 @@ mod tests {
         assert_eq!(r(Method::GET, "$Resources/Topics"), Route::NotQueues);
         assert_eq!(r(Method::GET, "health"), Route::Health);
         assert!(route(&Method::GET, "health", false)
-            .is_ok_and(|r| r == Route::Entity { name: "health".into() }));
+            .is_ok_and(|r| r == Route::Entity { path: path("health") }));
         assert_eq!(route(&Method::PATCH, "q", true).unwrap_err().status.as_u16(), 405);
         assert_eq!(route(&Method::GET, "", true).unwrap_err().status.as_u16(), 404);
+    }
+
+    fn path(p: &str) -> EntityPath {
+        EntityPath::parse(p).unwrap()
+    }
+
+    #[test]
+    fn entity_parts_are_addresses_of_the_core_grammar() {
+        // Casing of keywords and names; the name keeps the client's spelling.
+        match r(Method::POST, "Orders/EU/$deadletterqueue/MESSAGES/Head") {
+            Route::Receive { entity, peek_lock: true } => {
+                assert_eq!(entity.entity.as_str(), "Orders/EU");
+                assert_eq!(entity.queue, SubQueue::DeadLetter);
+            }
+            other => panic!("{other:?}"),
+        }
+        // `%2F` and `%24` as clients send them, decoded before routing.
+        let decoded = decode_path("/a%2Fb/%24DeadLetterQueue/messages/head/").unwrap();
+        assert_eq!(
+            r(Method::DELETE, &decoded),
+            Route::Receive { entity: "a/b/$DeadLetterQueue".into(), peek_lock: false }
+        );
+        assert_eq!(
+            r(Method::GET, &decode_path("/A%2FB/").unwrap()),
+            Route::Entity { path: path("a/b") }
+        );
+        // Subscriptions, rules and their listings are not served yet.
+        for (method, p) in [
+            (Method::GET, "t/Subscriptions"),
+            (Method::GET, "t/subscriptions/s/rules"),
+            (Method::PUT, "t/Subscriptions/s"),
+            (Method::DELETE, "t/Subscriptions/s/Rules/r"),
+            (Method::POST, "t/Subscriptions/s/messages"),
+            (Method::PUT, "t/Subscriptions/s/messages/7/abc"),
+            (Method::POST, "t/subscriptions/s/$DeadLetterQueue/messages/head"),
+        ] {
+            assert_eq!(r(method.clone(), p), Route::NotQueues, "{method} {p}");
+        }
+        // Transfer queues are recognised, and not built.
+        for p in ["q/$Transfer/$DeadLetterQueue/messages/head", "q/$transfer/messages/head"] {
+            assert!(matches!(r(Method::POST, p), Route::Unimplemented(_)), "{p}");
+        }
+        // A sub-queue or a management node has no description; a broken path is a bad request.
+        let status = |method: Method, p: &str| route(&method, p, true).unwrap_err().status.as_u16();
+        assert_eq!(status(Method::GET, "q/$DeadLetterQueue"), 404);
+        assert_eq!(status(Method::PUT, "q/$DeadLetterQueue"), 400);
+        assert_eq!(status(Method::POST, "q/$management/messages"), 404);
+        assert_eq!(status(Method::GET, "t/Subscriptions/s/x"), 400);
     }
 
     #[test]

@@ -12,7 +12,9 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use ironbus_core::auth::{AuthError, AuthErrorKind, Right};
-use ironbus_core::{Availability, Broker, QueueDescription, ReceiveMode};
+use ironbus_core::{
+    Availability, Broker, EntityDescription, EntityPath, QueueDescription, QueueInfo, ReceiveMode,
+};
 use serde_json::json;
 
 use crate::atom::{self, Described};
@@ -127,6 +129,11 @@ impl App {
                     .or_else(|_| self.authorize(parts, &path, Right::Listen))?;
                 Err(HttpError::no_topics())
             }
+            Route::Unimplemented(what) => {
+                self.authorize(parts, &path, Right::Manage)
+                    .or_else(|_| self.authorize(parts, &path, Right::Listen))?;
+                Err(HttpError::new(StatusCode::NOT_IMPLEMENTED, what))
+            }
             Route::NamespaceInfo => {
                 *operation = Operation::NamespaceInfo;
                 self.authorize(parts, &path, Right::Manage)?;
@@ -142,14 +149,14 @@ impl App {
                 self.authorize(parts, &path, Right::Manage)?;
                 self.list_queues(parts, &path, &params).await
             }
-            Route::Entity { name } => {
+            Route::Entity { path: entity } => {
                 *operation = match parts.method.as_str() {
                     "GET" => Operation::GetEntity,
                     "DELETE" => Operation::DeleteEntity,
                     _ => Operation::PutEntity,
                 };
                 self.authorize(parts, &path, Right::Manage)?;
-                self.entity(parts, body, &name, operation).await
+                self.entity(parts, body, &entity, operation).await
             }
             Route::Send { entity } => {
                 let batch = dataplane::is_batch(&parts.headers);
@@ -162,7 +169,7 @@ impl App {
                     vec![dataplane::single_message(&parts.headers, body)?]
                 };
                 self.broker
-                    .send(entity.as_str(), messages)
+                    .send(entity, messages)
                     .await
                     .map_err(|e| HttpError::from_broker(e, Plane::Data))?;
                 Ok(empty(StatusCode::CREATED))
@@ -191,7 +198,7 @@ impl App {
                     {
                         raw[..cut].to_owned()
                     }
-                    _ => format!("/{}", atom::url_path(&entity)),
+                    _ => format!("/{}", atom::url_path(&entity.to_string())),
                 };
                 let location = received.lock.map(|lock| {
                     format!(
@@ -275,11 +282,13 @@ impl App {
         })
     }
 
+    /// `GET` / `PUT` / `DELETE` of an entity's description, by the kind the namespace holds
+    /// at `path` (GET, DELETE) or the body describes (PUT).
     async fn entity(
         &self,
         parts: &Parts,
         body: Body,
-        name: &str,
+        path: &EntityPath,
         operation: &mut Operation,
     ) -> Result<Response, HttpError> {
         let management = |e| HttpError::from_broker(e, Plane::Management);
@@ -287,14 +296,20 @@ impl App {
         match parts.method.as_str() {
             "GET" => {
                 *operation = Operation::GetEntity;
-                let info = self.broker.get_queue(name).await.map_err(management)?;
-                let runtime = self.broker.get_queue_runtime(name).await.ok();
-                let body = atom::queue_entry(&base, &info, runtime.as_ref());
-                Ok(xml(StatusCode::OK, atom::ENTRY_CONTENT_TYPE, body))
+                let info = self.broker.get_entity(path).await.map_err(management)?;
+                match &info.description {
+                    EntityDescription::Queue(_) => {
+                        let info = QueueInfo::from_entity(&info).map_err(management)?;
+                        self.queue_entry(StatusCode::OK, &base, &info).await
+                    }
+                    EntityDescription::Topic(_)
+                    | EntityDescription::Subscription(_)
+                    | EntityDescription::Rule(_) => Err(HttpError::no_topics()),
+                }
             }
             "DELETE" => {
                 *operation = Operation::DeleteEntity;
-                self.broker.delete_queue(name).await.map_err(management)?;
+                self.broker.delete_entity(path).await.map_err(management)?;
                 // Python accepts only 200 here (a 204 raises).
                 Ok(xml(StatusCode::OK, atom::ENTRY_CONTENT_TYPE, String::new()))
             }
@@ -307,21 +322,31 @@ impl App {
                     Described::Other(_) => return Err(HttpError::no_topics()),
                 };
                 let (status, info) = if parts.headers.contains_key(header::IF_MATCH) {
-                    let current = self.broker.get_queue(name).await.map_err(management)?;
+                    let current = self.broker.get_entity(path).await.map_err(management)?;
+                    let current = QueueInfo::from_entity(&current).map_err(management)?;
                     keep_fixed(&mut description, &current.description, omitted);
-                    (StatusCode::OK, self.broker.update_queue(name, description).await)
+                    let update = EntityDescription::Queue(description);
+                    (StatusCode::OK, self.broker.update_entity(path, update).await)
                 } else {
-                    (StatusCode::CREATED, self.broker.create_queue(name, description).await)
+                    let create = EntityDescription::Queue(description);
+                    (StatusCode::CREATED, self.broker.create_entity(path, create).await)
                 };
-                let info = info.map_err(management)?;
-                let runtime = self.broker.get_queue_runtime(name).await.ok();
-                Ok(xml(
-                    status,
-                    atom::ENTRY_CONTENT_TYPE,
-                    atom::queue_entry(&base, &info, runtime.as_ref()),
-                ))
+                let info =
+                    QueueInfo::from_entity(&info.map_err(management)?).map_err(management)?;
+                self.queue_entry(status, &base, &info).await
             }
         }
+    }
+
+    /// A queue's entry, with its runtime counts when its partitions answer.
+    async fn queue_entry(
+        &self,
+        status: StatusCode,
+        base: &str,
+        info: &QueueInfo,
+    ) -> Result<Response, HttpError> {
+        let runtime = self.broker.get_queue_runtime(&info.name).await.ok();
+        Ok(xml(status, atom::ENTRY_CONTENT_TYPE, atom::queue::entry(base, info, runtime.as_ref())))
     }
 
     async fn list_queues(
@@ -353,7 +378,7 @@ impl App {
             entries.push((info, runtime));
         }
         let now = self.broker.clock().now();
-        let body = atom::queue_feed(&self.base(parts), path, skip, top, &entries, more, now);
+        let body = atom::queue::feed(&self.base(parts), path, skip, top, &entries, more, now);
         Ok(xml(StatusCode::OK, atom::FEED_CONTENT_TYPE, body))
     }
 

@@ -1,0 +1,339 @@
+//! A queue's description in ATOM: the `<QueueDescription>` element of an entry (with the
+//! queue's runtime counts), feeds of queues, and the parsing of a PUT body's description.
+//!
+//! Output is written as text in the one shape both admin clients accept: unprefixed
+//! description elements, `CountDetails` with exactly one `xmlns:d2p1` attribute and prefixed
+//! children. An update that omits a field fixed at creation keeps its value ([`Omitted`]).
+
+use std::time::Duration;
+
+use ironbus_core::{
+    Availability, EntityStatus, QueueDescription, QueueInfo, QueueRuntime, Timestamp,
+};
+
+use crate::atom::{
+    self, bool_text, entry_document, escape, forward_target, number, CONNECT_NS, COUNT_NS,
+    IRONBUS_NS, XSI_NS,
+};
+use crate::error::HttpError;
+use crate::timefmt::{iso8601, parse_xml_duration, xml_duration};
+
+/// A queue's `<entry>`: description and runtime view together (the admin clients read both
+/// from the same GET). `base` is `scheme://host[:port]` as the client addressed us.
+pub fn entry(base: &str, info: &QueueInfo, runtime: Option<&QueueRuntime>) -> String {
+    entry_document(&entry_element(base, info, runtime, true))
+}
+
+fn entry_element(
+    base: &str,
+    info: &QueueInfo,
+    runtime: Option<&QueueRuntime>,
+    declare_ns: bool,
+) -> String {
+    let description = description_element(base, info, runtime);
+    atom::entry_element(
+        base,
+        &info.name,
+        info.created_at,
+        info.updated_at,
+        &description,
+        declare_ns,
+    )
+}
+
+/// The `<QueueDescription>` element, runtime counts included.
+fn description_element(base: &str, info: &QueueInfo, runtime: Option<&QueueRuntime>) -> String {
+    let d = &info.description;
+    let (created, updated) = (iso8601(info.created_at), iso8601(info.updated_at));
+    let count = |f: fn(&QueueRuntime) -> u64| runtime.map_or(0, f);
+    let availability = match runtime.map(|r| r.availability) {
+        Some(Availability::Limited) => "Limited",
+        _ => "Available",
+    };
+    let forward = |target: &Option<String>, element: &str| match target {
+        Some(t) => format!("<{element}>{}</{element}>", escape(&format!("{base}/{t}"))),
+        None => String::new(),
+    };
+    let user_metadata = match &d.user_metadata {
+        Some(m) => format!("<UserMetadata>{}</UserMetadata>", escape(m)),
+        None => String::new(),
+    };
+    format!(
+        concat!(
+            r#"<QueueDescription xmlns="{connect}" xmlns:i="{xsi}">"#,
+            "<LockDuration>{lock}</LockDuration>",
+            "<MaxSizeInMegabytes>{max_size}</MaxSizeInMegabytes>",
+            "<RequiresDuplicateDetection>{dedup}</RequiresDuplicateDetection>",
+            "<RequiresSession>{session}</RequiresSession>",
+            "<DefaultMessageTimeToLive>{ttl}</DefaultMessageTimeToLive>",
+            "<DeadLetteringOnMessageExpiration>{dl_exp}</DeadLetteringOnMessageExpiration>",
+            "<DuplicateDetectionHistoryTimeWindow>{window}</DuplicateDetectionHistoryTimeWindow>",
+            "<MaxDeliveryCount>{max_delivery}</MaxDeliveryCount>",
+            "<EnableBatchedOperations>{batched}</EnableBatchedOperations>",
+            "<SizeInBytes>{size}</SizeInBytes>",
+            "<MessageCount>{messages}</MessageCount>",
+            "<IsAnonymousAccessible>false</IsAnonymousAccessible>",
+            "<AuthorizationRules/>",
+            "<Status>{status}</Status>",
+            "{forward_to}{user_metadata}",
+            "<CreatedAt>{created}</CreatedAt><UpdatedAt>{updated}</UpdatedAt>",
+            "<AccessedAt>{updated}</AccessedAt>",
+            "<SupportOrdering>true</SupportOrdering>",
+            r#"<CountDetails xmlns:d2p1="{count_ns}">"#,
+            "<d2p1:ActiveMessageCount>{active}</d2p1:ActiveMessageCount>",
+            "<d2p1:DeadLetterMessageCount>{dead}</d2p1:DeadLetterMessageCount>",
+            "<d2p1:ScheduledMessageCount>{scheduled}</d2p1:ScheduledMessageCount>",
+            "<d2p1:TransferMessageCount>{transfer}</d2p1:TransferMessageCount>",
+            "<d2p1:TransferDeadLetterMessageCount>{transfer_dead}</d2p1:TransferDeadLetterMessageCount>",
+            "</CountDetails>",
+            "<AutoDeleteOnIdle>{never}</AutoDeleteOnIdle>",
+            "<EnablePartitioning>{partitioned}</EnablePartitioning>",
+            "<EntityAvailabilityStatus>{availability}</EntityAvailabilityStatus>",
+            "{forward_dl}",
+            "<EnableExpress>false</EnableExpress>",
+            "<MaxMessageSizeInKilobytes>{max_message}</MaxMessageSizeInKilobytes>",
+            r#"<PartitionCount xmlns="{ironbus}">{partitions}</PartitionCount>"#,
+            "</QueueDescription>"
+        ),
+        created = created,
+        updated = updated,
+        connect = CONNECT_NS,
+        xsi = XSI_NS,
+        lock = xml_duration(d.lock_duration),
+        max_size = d.max_size_in_megabytes,
+        dedup = bool_text(d.requires_duplicate_detection),
+        session = bool_text(d.requires_session),
+        ttl = xml_duration(d.default_message_time_to_live),
+        dl_exp = bool_text(d.dead_lettering_on_message_expiration),
+        window = xml_duration(d.duplicate_detection_history_time_window),
+        max_delivery = d.max_delivery_count,
+        batched = bool_text(d.enable_batched_operations),
+        size = count(|r| r.size_in_bytes),
+        messages = count(|r| r.total_message_count),
+        status = d.status.as_str(),
+        forward_to = forward(&d.forward_to, "ForwardTo"),
+        user_metadata = user_metadata,
+        count_ns = COUNT_NS,
+        active = count(|r| r.active_message_count),
+        dead = count(|r| r.dead_letter_message_count),
+        scheduled = count(|r| r.scheduled_message_count),
+        transfer = count(|r| r.transfer_message_count),
+        transfer_dead = count(|r| r.transfer_dead_letter_message_count),
+        never = crate::timefmt::TIME_SPAN_MAX_XML,
+        partitioned = bool_text(d.enable_partitioning),
+        availability = availability,
+        forward_dl = forward(&d.forward_dead_lettered_messages_to, "ForwardDeadLetteredMessagesTo"),
+        max_message = d.max_message_size_in_kilobytes,
+        ironbus = IRONBUS_NS,
+        partitions = d.partitions(),
+    )
+}
+
+/// A feed of queues, one page of a listing (see [`atom::feed`]).
+pub fn feed(
+    base: &str,
+    path: &str,
+    skip: usize,
+    top: usize,
+    queues: &[(QueueInfo, Option<QueueRuntime>)],
+    more: bool,
+    now: Timestamp,
+) -> String {
+    let entries: Vec<String> = queues
+        .iter()
+        .map(|(info, runtime)| entry_element(base, info, runtime.as_ref(), false))
+        .collect();
+    atom::feed(base, path, "Queues", skip, top, &entries, more, now)
+}
+
+/// The create-only fields a body left out, so an update can keep the current values.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Omitted {
+    pub enable_partitioning: bool,
+    pub partition_count: bool,
+    pub requires_session: bool,
+    pub requires_duplicate_detection: bool,
+}
+
+/// Parses a `<QueueDescription>` element. Omitted writable fields take Service Bus's defaults;
+/// [`Omitted`] says which create-only fields were left out.
+pub(crate) fn parse(
+    description: roxmltree::Node<'_, '_>,
+) -> Result<(QueueDescription, Omitted), HttpError> {
+    let mut d = QueueDescription::default();
+    let mut omitted = Omitted {
+        enable_partitioning: true,
+        partition_count: true,
+        requires_session: true,
+        requires_duplicate_detection: true,
+    };
+    for child in description.children().filter(|n| n.is_element()) {
+        let name = child.tag_name().name();
+        let value = child.text().unwrap_or("").trim();
+        let field = |e: &str| HttpError::bad_request(format!("invalid {name} {value:?}: {e}"));
+        let boolean = || match value.to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(field("expected true or false")),
+        };
+        let duration = || -> Result<Duration, HttpError> {
+            parse_xml_duration(value).ok_or_else(|| field("expected an ISO 8601 duration"))
+        };
+        match name {
+            "LockDuration" => d.lock_duration = duration()?,
+            "MaxSizeInMegabytes" => d.max_size_in_megabytes = number(value).map_err(field)?,
+            "RequiresDuplicateDetection" => {
+                d.requires_duplicate_detection = boolean()?;
+                omitted.requires_duplicate_detection = false;
+            }
+            "RequiresSession" => {
+                d.requires_session = boolean()?;
+                omitted.requires_session = false;
+            }
+            "DefaultMessageTimeToLive" => d.default_message_time_to_live = duration()?,
+            "DeadLetteringOnMessageExpiration" => {
+                d.dead_lettering_on_message_expiration = boolean()?
+            }
+            "DuplicateDetectionHistoryTimeWindow" => {
+                d.duplicate_detection_history_time_window = duration()?
+            }
+            "MaxDeliveryCount" => d.max_delivery_count = number(value).map_err(field)?,
+            "EnableBatchedOperations" => d.enable_batched_operations = boolean()?,
+            "Status" => {
+                d.status = match value {
+                    "Active" => EntityStatus::Active,
+                    "Disabled" => EntityStatus::Disabled,
+                    "SendDisabled" => EntityStatus::SendDisabled,
+                    "ReceiveDisabled" => EntityStatus::ReceiveDisabled,
+                    _ => {
+                        return Err(field(
+                            "expected Active, Disabled, SendDisabled or ReceiveDisabled",
+                        ))
+                    }
+                }
+            }
+            "ForwardTo" => d.forward_to = forward_target(value),
+            "ForwardDeadLetteredMessagesTo" => {
+                d.forward_dead_lettered_messages_to = forward_target(value)
+            }
+            "UserMetadata" => d.user_metadata = (!value.is_empty()).then(|| value.to_owned()),
+            "EnablePartitioning" => {
+                d.enable_partitioning = boolean()?;
+                omitted.enable_partitioning = false;
+            }
+            "PartitionCount" => {
+                d.partition_count = number(value).map_err(field)?;
+                omitted.partition_count = false;
+            }
+            "MaxMessageSizeInKilobytes" => {
+                d.max_message_size_in_kilobytes = number(value).map_err(field)?
+            }
+            // Read-only, runtime and unsupported-but-harmless elements (AutoDeleteOnIdle,
+            // EnableExpress, AuthorizationRules, CountDetails, CreatedAt, ...) are ignored.
+            _ => {}
+        }
+    }
+    Ok((d, omitted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::atom::{parse_description, Described, ATOM_NS, CONNECT_NS, XSI_NS};
+
+    fn entry(inner: &str) -> String {
+        format!(
+            r#"<?xml version="1.0" encoding="utf-8"?><entry xmlns="{ATOM_NS}"><content type="application/xml"><QueueDescription xmlns="{CONNECT_NS}" xmlns:i="{XSI_NS}">{inner}</QueueDescription></content></entry>"#
+        )
+    }
+
+    fn queue(body: &str) -> Result<(QueueDescription, Omitted), HttpError> {
+        match parse_description(body.as_bytes())? {
+            (Described::Queue(d), omitted) => Ok((d, omitted)),
+            (Described::Other(kind), _) => panic!("parsed as {kind}"),
+        }
+    }
+
+    #[test]
+    fn description_fields_parse_in_any_order_and_junk_is_ignored() {
+        let (d, omitted) = queue(&entry(
+            "<MaxDeliveryCount>3</MaxDeliveryCount><CountDetails><x>1</x></CountDetails>\
+             <LockDuration>PT45S</LockDuration><EnablePartitioning>true</EnablePartitioning>\
+             <ForwardTo>sb://localhost:5300/dest</ForwardTo><Unknown>?</Unknown>\
+             <PartitionCount xmlns=\"urn:ironbus:servicebus:extensions\">4</PartitionCount>\
+             <Status>SendDisabled</Status><UserMetadata>m &amp; n</UserMetadata>",
+        ))
+        .unwrap();
+        assert_eq!(d.max_delivery_count, 3);
+        assert_eq!(d.lock_duration, Duration::from_secs(45));
+        assert!(d.enable_partitioning);
+        assert_eq!(d.partition_count, 4);
+        assert_eq!(d.forward_to.as_deref(), Some("dest"));
+        assert_eq!(d.status, EntityStatus::SendDisabled);
+        assert_eq!(d.user_metadata.as_deref(), Some("m & n"));
+        assert!(!omitted.enable_partitioning && !omitted.partition_count);
+        assert!(omitted.requires_session);
+    }
+
+    #[test]
+    fn malformed_bodies_are_bad_requests_with_a_reason() {
+        for (body, wants) in [
+            ("", "empty"),
+            ("<entry", "malformed XML"),
+            ("<entry><content/></entry>", "no QueueDescription"),
+            ("\u{0}\u{1}garbage", "malformed XML"),
+            (r#"<!DOCTYPE x [<!ENTITY a "aaaaaaaa">]><entry>&a;</entry>"#, "malformed XML"),
+        ] {
+            let e = parse_description(body.as_bytes()).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400, "{body}");
+            assert!(e.detail.contains(wants), "{body}: {}", e.detail);
+        }
+        // Deep nesting (within the 4 MiB body limit) is refused, not a stack overflow.
+        let deep = format!("{}{}", "<a>".repeat(500_000), "</a>".repeat(500_000));
+        assert_eq!(parse_description(deep.as_bytes()).unwrap_err().status.as_u16(), 400);
+        let bad_utf8 = parse_description(&[0xff, 0xfe, b'<']).unwrap_err();
+        assert_eq!(bad_utf8.status.as_u16(), 400);
+        for inner in [
+            "<LockDuration>soon</LockDuration>",
+            "<MaxDeliveryCount>-1</MaxDeliveryCount>",
+            "<RequiresSession>yes</RequiresSession>",
+            "<Status>Sleeping</Status>",
+            "<PartitionCount>99999</PartitionCount>",
+        ] {
+            let e = queue(&entry(inner)).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400, "{inner}");
+        }
+    }
+
+    #[test]
+    fn an_entry_round_trips_through_the_parser() {
+        let description = QueueDescription {
+            lock_duration: Duration::from_secs(30),
+            enable_partitioning: true,
+            partition_count: 4,
+            user_metadata: Some("<meta>".into()),
+            ..QueueDescription::default()
+        };
+        let info = QueueInfo {
+            name: "a/b".into(),
+            description: description.clone(),
+            created_at: Timestamp::from_millis(0),
+            updated_at: Timestamp::from_millis(1000),
+        };
+        let xml = super::entry("https://localhost:5301", &info, None);
+        assert!(xml.contains("<id>https://localhost:5301/a/b?api-version=2021-05</id>"));
+        assert!(xml.contains(r#"<CountDetails xmlns:d2p1=""#));
+        let (parsed, _) = queue(&xml).unwrap();
+        assert_eq!(parsed, description);
+    }
+
+    #[test]
+    fn feeds_link_next_only_while_entries_remain() {
+        let now = Timestamp::from_millis(0);
+        let last = feed("https://h", "$Resources/queues", 0, 100, &[], false, now);
+        assert_eq!(last.matches("<link ").count(), 1);
+        let more = feed("https://h", "$Resources/queues", 0, 1, &[], true, now);
+        assert_eq!(more.matches("<link ").count(), 2);
+        assert!(more.contains(r#"rel="next" href="https://h/$Resources/queues?$skip=0&amp;$top=1"#));
+    }
+}
