@@ -3,7 +3,9 @@
 //!
 //! Suites: `python` (official `azure-servicebus`, pytest), `js` (official `@azure/service-bus`,
 //! node's test runner), `rust` (the unofficial `azservicebus` crate, `compat/rust`, its own cargo
-//! workspace because it links OpenSSL); `all` (the default) runs the three.
+//! workspace because it links OpenSSL); `all` (the default) runs the three. `mssuite` (only when
+//! named) runs Microsoft's own `azure-servicebus` test suite, downloaded from PyPI at run time, with
+//! the stand-ins and the ratchet of `compat/mssuite` (`compat/mssuite/run.py`).
 //!
 //! Steps: build `ironbus` (release); install the SDKs if missing (`compat/python/.venv`,
 //! `compat/js/node_modules`) and build `compat/rust`; generate the emulator-format `config.json`
@@ -52,6 +54,8 @@ const SERVER_ENV: &str = "IRONBUS_COMPAT_SERVER";
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one suite may run before it is killed (each test also has its own deadline).
 const SUITE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// How long Microsoft's suite may run (hundreds of tests, some waiting out lock durations).
+const MSSUITE_TIMEOUT: Duration = Duration::from_secs(90 * 60);
 /// How long the server may take to exit after SIGTERM before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Lines of the server log shown when something failed.
@@ -134,12 +138,35 @@ struct Suite {
     prefix: Option<&'static str>,
     /// Its directory under the workspace root.
     dir: &'static str,
+    /// Part of `all` (and of a bare `cargo xtask compat`); otherwise it runs only when named.
+    in_all: bool,
+    /// How long it may run before it is killed (each test also has its own deadline).
+    timeout: Duration,
 }
 
 const SUITES: &[Suite] = &[
-    Suite { name: "python", prefix: Some("py"), dir: "compat/python" },
-    Suite { name: "js", prefix: Some("js"), dir: "compat/js" },
-    Suite { name: "rust", prefix: None, dir: "compat/rust" },
+    Suite {
+        name: "python",
+        prefix: Some("py"),
+        dir: "compat/python",
+        in_all: true,
+        timeout: SUITE_TIMEOUT,
+    },
+    Suite {
+        name: "js",
+        prefix: Some("js"),
+        dir: "compat/js",
+        in_all: true,
+        timeout: SUITE_TIMEOUT,
+    },
+    Suite { name: "rust", prefix: None, dir: "compat/rust", in_all: true, timeout: SUITE_TIMEOUT },
+    Suite {
+        name: "mssuite",
+        prefix: None,
+        dir: "compat/mssuite",
+        in_all: false,
+        timeout: MSSUITE_TIMEOUT,
+    },
 ];
 
 pub(crate) fn run(args: &[String]) -> Result<()> {
@@ -148,19 +175,19 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         None => (args, &[][..]),
     };
     let suites: Vec<&Suite> = match selection {
-        [] => SUITES.iter().collect(),
-        [one] if one == "all" => SUITES.iter().collect(),
+        [] => SUITES.iter().filter(|suite| suite.in_all).collect(),
+        [one] if one == "all" => SUITES.iter().filter(|suite| suite.in_all).collect(),
         [one] if one == "config" => {
             print_config()?;
             return Ok(());
         }
         [one] => {
             vec![SUITES.iter().find(|suite| suite.name == one.as_str()).with_context(|| {
-                format!("unknown suite `{one}`; known: python, js, rust, all, config")
+                format!("unknown suite `{one}`; known: python, js, rust, mssuite, all, config")
             })?]
         }
         _ => bail!(
-            "`compat` takes one suite (python, js, rust or all), got `{}`",
+            "`compat` takes one suite (python, js, rust, mssuite or all), got `{}`",
             selection.join(" ")
         ),
     };
@@ -385,7 +412,7 @@ pub(crate) fn build_release(packages: &[&str], binaries: &[&str]) -> Result<Vec<
 fn prepare(suite: &Suite) -> Result<()> {
     let dir = workspace_root().join(suite.dir);
     match suite.name {
-        "python" => {
+        "python" | "mssuite" => {
             let requirements = read(&dir.join("requirements.txt"))?;
             let venv = dir.join(".venv");
             let stamp = venv.join(".ironbus-requirements.txt");
@@ -401,7 +428,7 @@ fn prepare(suite: &Suite) -> Result<()> {
             let mut pip = Command::new(venv_python(&dir));
             pip.args(["-m", "pip", "install", "--disable-pip-version-check", "-q", "-r"]);
             pip.arg("requirements.txt");
-            run_step("installing the Python SDK", &dir, pip)?;
+            run_step("installing the Python SDK and test tools", &dir, pip)?;
             fs::write(&stamp, requirements).with_context(|| format!("writing {}", stamp.display()))
         }
         "js" => {
@@ -449,6 +476,11 @@ fn run_suite(suite: &Suite, target: &Target, runner_args: &[String]) -> Result<b
             pytest.env("PYTHONDONTWRITEBYTECODE", "1");
             pytest
         }
+        "mssuite" => {
+            let mut harness = Command::new(venv_python(&dir));
+            harness.arg("run.py");
+            harness
+        }
         "js" => {
             let mut node = Command::new("node");
             // Exit once the tests are done, even if a failed test left a connection behind.
@@ -473,12 +505,12 @@ fn run_suite(suite: &Suite, target: &Target, runner_args: &[String]) -> Result<b
     eprintln!("$ (cd {}) {}", suite.dir, shown(&command));
     let mut child =
         command.spawn().with_context(|| format!("could not start `{}`", shown(&command)))?;
-    match wait_at_most(&mut child, SUITE_TIMEOUT)? {
+    match wait_at_most(&mut child, suite.timeout)? {
         Some(status) => Ok(status.success()),
         None => {
             eprintln!(
-                "xtask: suite `{}` still running after {SUITE_TIMEOUT:?}: killed",
-                suite.name
+                "xtask: suite `{}` still running after {:?}: killed",
+                suite.name, suite.timeout
             );
             Ok(false)
         }
@@ -692,6 +724,16 @@ mod tests {
         let partitioned = queues.iter().find(|q| q["Name"] == "js-partitioned").unwrap();
         assert_eq!(partitioned["Properties"]["EnablePartitioning"], true);
         assert_eq!(partitioned["Properties"]["PartitionCount"], 16);
+    }
+
+    #[test]
+    fn mssuite_runs_only_when_named() {
+        let default: Vec<&str> =
+            SUITES.iter().filter(|suite| suite.in_all).map(|suite| suite.name).collect();
+        assert_eq!(default, ["python", "js", "rust"]);
+        let mssuite = SUITES.iter().find(|suite| suite.name == "mssuite").unwrap();
+        assert!(workspace_root().join(mssuite.dir).join("run.py").is_file());
+        assert!(workspace_root().join(mssuite.dir).join("requirements.txt").is_file());
     }
 
     #[test]

@@ -43,7 +43,8 @@ tasks:
     compat [SUITE] [-- ARGS]
                         run the SDK compatibility suites (python, js, rust; default all) against a
                         fresh ironbus; ARGS go to the suite's runner; `compat config` prints
-                        the generated entity config
+                        the generated entity config; `compat mssuite` (never in all) runs
+                        Microsoft's own azure-servicebus test suite (compat/mssuite)
     crash [--cycles N] [--producers P] [--consumers C] [--seed S] [--store rocksdb|memory]
           [--timeout SECONDS] [-- DRIVER-ARGS]
                         the crash test: SIGKILL and restart the server N times (default 20)

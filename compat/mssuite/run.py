@@ -1,0 +1,198 @@
+"""Runs Microsoft's own ``azure-servicebus`` test suite against a running ironbus.
+
+``cargo xtask compat mssuite`` starts the server, creates ``.venv`` from ``requirements.txt`` and
+runs this script with the venv's Python and the ``IRONBUS_*`` variables set. Steps:
+
+1. Download the ``azure-servicebus`` sdist of ``SDK_VERSION`` from PyPI (``pip download``) into
+   ``.sdist/`` unless it is there, and extract its ``tests/`` and ``samples/``. The suite's code is
+   never committed (``.sdist/`` is ignored).
+2. Run the sync and management tests (``tests/test_*.py``, ``tests/mgmt_tests/test_*.py``) with
+   pytest: ``standins/`` first on ``PYTHONPATH`` (our ``devtools_testutils`` and
+   ``servicebus_preparer``; ``--import-mode=append`` keeps the suite's own ``servicebus_preparer``
+   behind ours), ``pytest-timeout`` per test, the development CA trusted by the admin clients.
+3. Print and write (``.work/summary.txt``) the passed / failed / errors / skipped counts per file.
+4. Compare with ``expected-failures.txt``: a failure not listed there, or a listed test that now
+   passes, fails the run. ``--update-expected`` rewrites the file from this run, keeping the
+   reasons of tests already listed and marking new ones ``unknown``.
+
+Arguments after the options go to pytest (``-k queue``, a test id); a partial run only judges the
+tests it ran.
+"""
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+SDK = "azure-servicebus"
+SDK_VERSION = "7.15.0"
+HERE = Path(__file__).resolve().parent
+SDIST_DIR = HERE / ".sdist"
+WORK_DIR = HERE / ".work"
+EXPECTED = HERE / "expected-failures.txt"
+STANDINS = HERE / "standins"
+# Per-test deadline: the longest tests wait out several lock durations.
+TEST_TIMEOUT_SECONDS = 180
+FAILING = ("failed", "error")
+
+
+def sdist_root() -> Path:
+    """The extracted sdist (``tests/`` and ``samples/``), downloaded first if missing."""
+    root = SDIST_DIR / f"{SDK.replace('-', '_')}-{SDK_VERSION}"
+    if (root / "tests").is_dir():
+        return root
+    download = SDIST_DIR / "download"
+    download.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+        "--no-binary", ":all:", "-d", str(download), f"{SDK}=={SDK_VERSION}",
+    ]
+    print("$ " + " ".join(command), flush=True)
+    subprocess.run(command, check=True)
+    archives = sorted(download.glob("*.tar.gz"))
+    if not archives:
+        sys.exit(f"pip download left no sdist in {download}")
+    prefix = root.name + "/"
+    with tarfile.open(archives[0]) as archive:
+        members = [
+            m for m in archive.getmembers()
+            if m.name.startswith(prefix + "tests/") or m.name.startswith(prefix + "samples/")
+        ]
+        archive.extractall(SDIST_DIR, members=members, filter="data")
+    if not (root / "tests").is_dir():
+        sys.exit(f"the sdist has no {prefix}tests/")
+    return root
+
+
+def test_files(root: Path) -> List[str]:
+    files = sorted(glob.glob("tests/test_*.py", root_dir=root))
+    files += sorted(glob.glob("tests/mgmt_tests/test_*.py", root_dir=root))
+    return files
+
+
+def run_pytest(root: Path, results: Path, pytest_args: List[str]) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(STANDINS)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["IRONBUS_MSSUITE_RESULTS"] = str(results)
+    # The tests' own admin clients (azure-core over requests) trust ironbus's development CA.
+    env["REQUESTS_CA_BUNDLE"] = env["IRONBUS_CA_CERT"]
+    selection = [a for a in pytest_args if not a.startswith("-")]
+    command = [
+        sys.executable, "-m", "pytest", "-c", str(HERE / "pytest.ini"), "--rootdir", str(root),
+        "-p", "ironbus_mssuite_plugin", "--import-mode=append", f"--timeout={TEST_TIMEOUT_SECONDS}",
+        "-q", "-rN", "--tb=short",
+    ]
+    command += pytest_args if selection else pytest_args + test_files(root)
+    print("$ (cd " + str(root) + ") " + " ".join(command), flush=True)
+    # pytest's own exit code says nothing the ratchet does not: judged below.
+    subprocess.run(command, cwd=root, env=env, check=False)
+
+
+def file_of(node_id: str) -> str:
+    return node_id.split("::", 1)[0]
+
+
+def summary(results: Dict[str, dict]) -> str:
+    per_file: Dict[str, Counter] = defaultdict(Counter)
+    for node_id, result in results.items():
+        per_file[file_of(node_id)][result["outcome"]] += 1
+    columns = ("passed", "failed", "error", "skipped")
+    width = max([len("file")] + [len(f) for f in per_file])
+    lines = [f"{'file':<{width}}  " + "  ".join(f"{c:>7}" for c in columns)]
+    total: Counter = Counter()
+    for name in sorted(per_file):
+        counts = per_file[name]
+        total.update(counts)
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{counts[c]:>7}" for c in columns))
+    lines.append(f"{'total':<{width}}  " + "  ".join(f"{total[c]:>7}" for c in columns))
+    return "\n".join(lines)
+
+
+def read_expected() -> Dict[str, str]:
+    """Test id -> ``category: note`` from ``expected-failures.txt`` (``<id>  <category>  # note``)."""
+    expected = {}
+    if not EXPECTED.exists():
+        return expected
+    for line in EXPECTED.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        node_id, _, reason = line.partition(" ")
+        expected[node_id] = reason.strip()
+    return expected
+
+
+def write_expected(results: Dict[str, dict], old: Dict[str, str]) -> None:
+    header = [
+        line for line in (EXPECTED.read_text(encoding="utf-8").splitlines() if EXPECTED.exists() else [])
+        if line.startswith("#")
+    ]
+    body = []
+    for node_id in sorted(results):
+        if results[node_id]["outcome"] in FAILING:
+            reason = old.get(node_id) or f"unknown  # {results[node_id]['message'][:120]}"
+            body.append(f"{node_id}  {reason}")
+    EXPECTED.write_text("\n".join(header + body) + "\n", encoding="utf-8")
+    print(f"wrote {EXPECTED} ({len(body)} expected failures)")
+
+
+def judge(results: Dict[str, dict], expected: Dict[str, str]) -> Tuple[List[str], List[str]]:
+    unexpected_failures = [
+        f"{n}  ({results[n]['outcome']}: {results[n]['message'][:200]})"
+        for n in sorted(results)
+        if results[n]["outcome"] in FAILING and n not in expected
+    ]
+    unexpected_passes = [
+        f"{n}  (listed as {expected[n]})"
+        for n in sorted(results)
+        if results[n]["outcome"] == "passed" and n in expected
+    ]
+    return unexpected_failures, unexpected_passes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--update-expected", action="store_true", help="rewrite expected-failures.txt")
+    args, pytest_args = parser.parse_known_args()
+    root = sdist_root()
+    WORK_DIR.mkdir(exist_ok=True)
+    results_path = WORK_DIR / "results.json"
+    results_path.unlink(missing_ok=True)
+    started = time.monotonic()
+    run_pytest(root, results_path, pytest_args)
+    elapsed = time.monotonic() - started
+    if not results_path.exists():
+        print("pytest wrote no results (see its output above)")
+        return 1
+    results = json.loads(results_path.read_text(encoding="utf-8"))
+    expected = read_expected()
+    table = summary(results)
+    unexpected_failures, unexpected_passes = judge(results, expected)
+    report = [
+        f"azure-servicebus {SDK_VERSION} test suite against ironbus: {len(results)} tests in {elapsed:.0f} s",
+        table,
+        f"unexpected failures ({len(unexpected_failures)}):",
+        *("  " + line for line in unexpected_failures),
+        f"unexpected passes ({len(unexpected_passes)}): remove them from expected-failures.txt",
+        *("  " + line for line in unexpected_passes),
+    ]
+    text = "\n".join(report)
+    (WORK_DIR / "summary.txt").write_text(text + "\n", encoding="utf-8")
+    print("\n" + text)
+    print(f"(written to {WORK_DIR / 'summary.txt'}; per-test results in {results_path})")
+    if args.update_expected:
+        write_expected(results, expected)
+        return 0
+    return 1 if unexpected_failures or unexpected_passes else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
