@@ -1,6 +1,7 @@
 //! What a link's terminus address names: the node path (scheme and host stripped) and the node
 //! it resolves to (an entity, `$cbs`, or an entity's `$management`).
 
+use ironbus_core::address::{Address, AddressError, PathShape};
 use ironbus_core::EntityAddress;
 
 use crate::error::WireError;
@@ -25,30 +26,30 @@ pub fn node_path(address: &str) -> String {
     rest.trim_matches('/').to_owned()
 }
 
-/// What a node path names.
+/// What a node path names: `$cbs`, or what the core's address grammar ([`Address::parse`])
+/// makes of it.
 pub(super) fn resolve(path: &str) -> Result<Node, WireError> {
     if path.eq_ignore_ascii_case("$cbs") {
         return Ok(Node::Cbs);
     }
-    if let Some(entity) = strip_suffix_ignore_case(path, "/$management") {
-        return Ok(Node::Management(EntityAddress::parse(entity)));
+    let address = Address::parse(path).map_err(|e| match e {
+        AddressError::NotImplemented { .. } => WireError::not_implemented(e.to_string()),
+        AddressError::Empty | AddressError::Malformed { .. } => {
+            WireError::bad_request(e.to_string())
+        }
+    })?;
+    match address.entity_address().entity.shape() {
+        PathShape::QueueOrTopic => {}
+        PathShape::Subscription | PathShape::Rule => {
+            return Err(WireError::not_implemented(format!(
+                "{path}: topics and subscriptions are not implemented by ironbus yet"
+            )))
+        }
     }
-    if path.to_ascii_lowercase().contains("/$transfer/")
-        || path.to_ascii_lowercase().contains("/subscriptions/")
-    {
-        return Err(WireError::not_implemented(format!(
-            "{path}: topics, subscriptions and transfer queues are not implemented by ironbus yet"
-        )));
-    }
-    if path.is_empty() {
-        return Err(WireError::bad_request("empty address"));
-    }
-    Ok(Node::Entity(EntityAddress::parse(path)))
-}
-
-fn strip_suffix_ignore_case<'a>(s: &'a str, suffix: &str) -> Option<&'a str> {
-    let cut = s.len().checked_sub(suffix.len())?;
-    (s.is_char_boundary(cut) && s[cut..].eq_ignore_ascii_case(suffix)).then(|| &s[..cut])
+    Ok(match address {
+        Address::Entity(entity) => Node::Entity(entity),
+        Address::Management(entity) => Node::Management(entity),
+    })
 }
 
 #[cfg(test)]
@@ -80,6 +81,14 @@ mod tests {
             Node::Management(EntityAddress::parse("q/$DeadLetterQueue"))
         );
         assert_eq!(resolve("q").unwrap(), Node::Entity(EntityAddress::parse("q")));
-        assert!(resolve("t/Subscriptions/s").is_err());
+        assert_eq!(
+            resolve("amqps://h:5671/Q/$deadletterqueue").unwrap(),
+            Node::Entity(EntityAddress::parse("q/$DeadLetterQueue"))
+        );
+        let refused = |path: &str| resolve(path).unwrap_err().condition;
+        assert_eq!(refused("t/Subscriptions/s"), "amqp:not-implemented");
+        assert_eq!(refused("t/Subscriptions/s/$management"), "amqp:not-implemented");
+        assert_eq!(refused("q/$Transfer/$DeadLetterQueue"), "amqp:not-implemented");
+        assert_eq!(refused("sb://host/"), "com.microsoft:argument-error");
     }
 }
