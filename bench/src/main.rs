@@ -99,7 +99,7 @@ impl AnyProducer {
 #[derive(Debug)]
 enum AnyConsumer {
     Fe2o3(Box<Consumer>),
-    Wire(wire::Consumer),
+    Wire(Box<wire::Consumer>),
 }
 
 impl AnyConsumer {
@@ -206,7 +206,7 @@ async fn attach_all(run: &Run) -> Result<(Vec<AnyConsumer>, Vec<AnyProducer>)> {
     let mut consumers = Vec::new();
     for index in 0..run.options.consumers {
         consumers.push(match run.options.client {
-            Client::Wire => AnyConsumer::Wire(wire::Consumer::attach(run, index).await?),
+            Client::Wire => AnyConsumer::Wire(Box::new(wire::Consumer::attach(run, index).await?)),
             Client::Fe2o3 => AnyConsumer::Fe2o3(Box::new(Consumer::attach(run, index).await?)),
         });
     }

@@ -88,15 +88,44 @@ pub struct FrameReader<R> {
     io: R,
     buf: BytesMut,
     max_frame_size: u32,
+    /// How much room a read asks for: from [`MIN_READ_CHUNK`], doubled whenever a read fills
+    /// all the room it had (the peer is sending faster), up to [`MAX_READ_CHUNK`].
+    chunk: usize,
+    /// Whether anything was read since the last [`FrameReader::release_idle_buffer`].
+    active: bool,
 }
+
+/// The read room of a new or idle connection: enough for the handshake's frames.
+const MIN_READ_CHUNK: usize = 2 * 1024;
+/// The read room of a busy connection.
+const MAX_READ_CHUNK: usize = 64 * 1024;
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(io: R) -> Self {
         FrameReader {
             io,
-            buf: BytesMut::with_capacity(64 * 1024),
+            buf: BytesMut::new(),
             max_frame_size: MIN_MAX_FRAME_SIZE,
+            chunk: MIN_READ_CHUNK,
+            active: false,
         }
+    }
+
+    /// Gives the read buffer's memory back when nothing is buffered, so an idle connection
+    /// holds none; when nothing was read since the last call, reads start small again.
+    pub fn release_idle_buffer(&mut self) {
+        if !self.active {
+            self.chunk = MIN_READ_CHUNK;
+        }
+        self.active = false;
+        if self.buf.is_empty() && self.buf.capacity() > 0 {
+            self.buf = BytesMut::new();
+        }
+    }
+
+    /// Bytes of read buffer held (for tests and measurements).
+    pub fn buffer_capacity(&self) -> usize {
+        self.buf.capacity()
     }
 
     pub fn set_max_frame_size(&mut self, max: u32) {
@@ -105,11 +134,18 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     async fn fill(&mut self, want: usize) -> Result<(), FrameError> {
         while self.buf.len() < want {
-            if self.buf.capacity() - self.buf.len() < 4096 {
-                self.buf.reserve(want.max(64 * 1024));
+            let room = self.buf.capacity() - self.buf.len();
+            if room < want - self.buf.len() || room < MIN_READ_CHUNK / 2 {
+                self.buf.reserve((want - self.buf.len()).max(self.chunk));
             }
-            if self.io.read_buf(&mut self.buf).await? == 0 {
+            let room = self.buf.capacity() - self.buf.len();
+            let n = self.io.read_buf(&mut self.buf).await?;
+            if n == 0 {
                 return Err(FrameError::Closed);
+            }
+            self.active = true;
+            if n == room {
+                self.chunk = (self.chunk * 2).min(MAX_READ_CHUNK);
             }
         }
         Ok(())
@@ -389,6 +425,44 @@ mod tests {
     use fe2o3_amqp_types::definitions::Handle;
     use fe2o3_amqp_types::performatives::{Close, Open};
 
+    fn transfer() -> Transfer {
+        Transfer {
+            handle: Handle(1),
+            delivery_id: Some(7),
+            delivery_tag: Some(vec![1, 2, 3, 4].into()),
+            message_format: Some(0),
+            settled: Some(false),
+            more: false,
+            rcv_settle_mode: None,
+            state: None,
+            resume: false,
+            aborted: false,
+            batchable: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn read_buffers_start_small_grow_with_traffic_and_are_given_back_when_idle() {
+        let mut bytes = Vec::new();
+        let mut out = BytesMut::new();
+        write_empty(&mut out);
+        for _ in 0..40 {
+            write_transfer(&mut out, 0, transfer(), Bytes::from(vec![7u8; 3000]), 1 << 20);
+        }
+        bytes.extend_from_slice(&out);
+        let mut reader = FrameReader::new(&bytes[..]);
+        reader.set_max_frame_size(1 << 20);
+        assert_eq!(reader.buffer_capacity(), 0, "a new connection holds no read buffer");
+        reader.read_frame().await.unwrap();
+        assert!(reader.buffer_capacity() <= 8 * 1024, "{}", reader.buffer_capacity());
+        while reader.read_frame().await.is_ok() {}
+        assert!(reader.chunk > MIN_READ_CHUNK, "reads grew with traffic");
+        reader.release_idle_buffer();
+        assert_eq!(reader.buffer_capacity(), 0, "an idle connection gives its buffer back");
+        reader.release_idle_buffer();
+        assert_eq!(reader.chunk, MIN_READ_CHUNK, "and starts small again");
+    }
+
     async fn read_all(bytes: Vec<u8>, max: u32) -> Vec<Result<InFrame, FrameError>> {
         let mut reader = FrameReader::new(&bytes[..]);
         reader.set_max_frame_size(max);
@@ -444,19 +518,7 @@ mod tests {
     #[tokio::test]
     async fn transfers_split_to_the_frame_size_and_reassemble() {
         let payload = Bytes::from((0..10_000u32).map(|i| i as u8).collect::<Vec<u8>>());
-        let transfer = Transfer {
-            handle: Handle(1),
-            delivery_id: Some(7),
-            delivery_tag: Some(vec![1, 2, 3, 4].into()),
-            message_format: Some(0),
-            settled: Some(false),
-            more: false,
-            rcv_settle_mode: None,
-            state: None,
-            resume: false,
-            aborted: false,
-            batchable: false,
-        };
+        let transfer = transfer();
         let mut out = BytesMut::new();
         let count = write_transfer(&mut out, 1, transfer, payload.clone(), 1024);
         let frames = read_all(out.to_vec(), 1024).await;

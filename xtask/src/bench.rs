@@ -5,7 +5,7 @@ use anyhow::{bail, Context, Result};
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let Some((target, rest)) = args.split_first() else {
         bail!(
-            "`bench` needs a target: core, amqp, backlog or side-by-side (see `cargo xtask help`)"
+            "`bench` needs a target: core, amqp, backlog, connections or side-by-side (see `cargo xtask help`)"
         );
     };
     // Everything after the target goes to the benchmark; a leading `--` is accepted and dropped,
@@ -17,12 +17,18 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     if target == "side-by-side" {
         return side_by_side(rest);
     }
+    if target == "connections" {
+        return connections(rest);
+    }
     let mut cargo_args: Vec<&str> = match target.as_str() {
         "core" => vec!["bench", "-p", "ironbus-core", "--bench", "throughput", "--"],
         "amqp" => vec!["run", "--release", "-p", "ironbus-bench", "--"],
         "backlog" => vec!["bench", "-p", "ironbus-store-rocksdb", "--bench", "backlog", "--"],
         unknown => {
-            bail!("unknown benchmark target `{unknown}`; known: core, amqp, backlog, side-by-side")
+            bail!(
+                "unknown benchmark target `{unknown}`; known: core, amqp, backlog, connections, \
+                 side-by-side"
+            )
         }
     };
     cargo_args.extend(rest.iter().map(String::as_str));
@@ -43,6 +49,26 @@ fn side_by_side(rest: &[String]) -> Result<()> {
         .with_context(|| format!("could not start `bash {}`", script.display()))?;
     if !status.success() {
         bail!("bench side-by-side failed ({status})");
+    }
+    Ok(())
+}
+
+/// `ironbus-connections` against a freshly built server: idle AMQP connections and the
+/// server's memory (flags: see `cargo run -p ironbus-bench --bin ironbus-connections -- --help`).
+fn connections(rest: &[String]) -> Result<()> {
+    let binaries = crate::compat::build_release(
+        &["ironbus", "ironbus-bench"],
+        &["ironbus", "ironbus-connections"],
+    )?;
+    let status = std::process::Command::new(&binaries[1])
+        .arg("--server")
+        .arg(&binaries[0])
+        .args(rest)
+        .current_dir(crate::workspace_root())
+        .status()
+        .with_context(|| format!("could not start {}", binaries[1].display()))?;
+    if !status.success() {
+        bail!("bench connections failed ({status})");
     }
     Ok(())
 }

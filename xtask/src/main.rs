@@ -38,6 +38,9 @@ tasks:
     bench backlog [ARGS]
                         1 M queued messages on RocksDB: RAM per message, recovery time, drain
                         rate (--messages N, --size BYTES, --partitions N, --body-cache-mb N)
+    bench connections [ARGS]
+                        20,000 idle AMQP connections: the server's RSS and handshake latency
+                        meanwhile (--connections N, --hold SECS, --max-rss-mb MB)
     bench side-by-side  RabbitMQ (../shared/peers), ironbus memory and ironbus RocksDB in
                         alternating rounds with ironbus-bench; env ROUNDS, MESSAGES, OUT
     compat [SUITE] [-- ARGS]
