@@ -26,19 +26,6 @@ fn open_frame() -> Vec<u8> {
     frame
 }
 
-/// Reads until the peer closes (or 5 s pass), returning everything received.
-async fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
-    let mut all = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return all,
-            Ok(Ok(n)) => all.extend_from_slice(&buf[..n]),
-            Err(_) => panic!("the server kept the connection open: got {all:02x?}"),
-        }
-    }
-}
-
 /// A well-behaved handshake: our header and Open are answered with a header and an Open.
 async fn handshake_works(addr: SocketAddr) {
     let mut stream = TcpStream::connect(addr).await.unwrap();
@@ -55,12 +42,6 @@ async fn handshake_works(addr: SocketAddr) {
     let mut rest = vec![0u8; u32::from_be_bytes(size) as usize - 4];
     stream.read_exact(&mut rest).await.unwrap();
     assert_eq!(&rest[4..7], &[0x00, 0x53, 0x10], "an open performative");
-}
-
-/// Whether `bytes` contain a Close performative carrying an error.
-fn has_close_with_error(bytes: &[u8]) -> bool {
-    bytes.windows(3).any(|w| w == [0x00, 0x53, 0x18])
-        && bytes.windows(3).any(|w| w == [0x00, 0x53, 0x1d])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,9 +64,9 @@ async fn malformed_frames_close_the_connection_with_an_error() {
         stream.write_all(b"AMQP\x00\x01\x00\x00").await.unwrap();
         stream.write_all(&open_frame()).await.unwrap();
         stream.write_all(&bytes).await.unwrap();
-        let received = read_to_close(&mut stream).await;
+        let received = common::read_to_close(&mut stream, name).await;
         assert!(
-            has_close_with_error(&received),
+            common::has_close_with_error(&received),
             "{name}: expected close(error), got {received:02x?}"
         );
         handshake_works(addr).await;
@@ -105,7 +86,7 @@ async fn malformed_frames_close_the_connection_with_an_error() {
         let mut stream = TcpStream::connect(addr).await.unwrap();
         stream.write_all(&bytes).await.unwrap();
         let _ = stream.shutdown().await;
-        let received = read_to_close(&mut stream).await;
+        let received = common::read_to_close(&mut stream, name).await;
         // Either nothing, or our own protocol header (AMQP 1.0 §2.2), then the close.
         assert!(received.is_empty() || received.starts_with(b"AMQP"), "{name}: {received:02x?}");
         handshake_works(addr).await;
@@ -128,7 +109,7 @@ async fn malformed_frames_close_the_connection_with_an_error() {
         stream.write_all(&open_frame()).await.unwrap();
         let _ = stream.write_all(&bytes).await;
         let _ = stream.shutdown().await;
-        let _ = read_to_close(&mut stream).await;
+        let _ = common::read_to_close(&mut stream, "random bytes").await;
     }
     handshake_works(addr).await;
 

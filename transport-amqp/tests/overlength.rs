@@ -82,25 +82,6 @@ fn open_frame() -> Vec<u8> {
     frame(0, 0x10, &[0xa1, 0x01, b't'])
 }
 
-/// Reads until the peer closes; fails if it has not within 10 s.
-async fn read_to_close(stream: &mut TcpStream, what: &str) -> Vec<u8> {
-    let mut all = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return all,
-            Ok(Ok(n)) => all.extend_from_slice(&buf[..n]),
-            Err(_) => panic!("{what}: the server kept the connection open"),
-        }
-    }
-}
-
-/// Whether `bytes` hold a Close performative with an error.
-fn has_close_with_error(bytes: &[u8]) -> bool {
-    bytes.windows(3).any(|w| w == [0x00, 0x53, 0x18])
-        && bytes.windows(3).any(|w| w == [0x00, 0x53, 0x1d])
-}
-
 /// Sends `prefix`, then `hostile` under an allocation limit of [`BOUND`] above what the
 /// process holds, and returns what came back once the server closed the connection.
 async fn probe(addr: std::net::SocketAddr, prefix: &[u8], hostile: &[u8], what: &str) -> Vec<u8> {
@@ -110,7 +91,7 @@ async fn probe(addr: std::net::SocketAddr, prefix: &[u8], hostile: &[u8], what: 
     let limited = ALLOCATOR.set_limit(ALLOCATOR.allocated() + BOUND + hostile.len());
     assert!(limited.is_ok(), "the allocation limit could not be set");
     let _ = stream.write_all(hostile).await;
-    let received = read_to_close(&mut stream, what).await;
+    let received = common::read_to_close(&mut stream, what).await;
     let _ = ALLOCATOR.set_limit(usize::MAX);
     received
 }
@@ -131,7 +112,7 @@ async fn declared_lengths_beyond_the_frame_cost_nothing_and_close_cleanly() {
         let mut prefix = b"AMQP\x00\x01\x00\x00".to_vec();
         prefix.extend_from_slice(&open_frame());
         let received = probe(addr, &prefix, &frame(0, 0x12, &value), name).await;
-        assert!(has_close_with_error(&received), "attach {name}: got {received:02x?}");
+        assert!(common::has_close_with_error(&received), "attach {name}: got {received:02x?}");
     }
 
     // A frame of nested descriptors, 500,000 deep: a recursive decoder overflows its stack.
@@ -140,7 +121,7 @@ async fn declared_lengths_beyond_the_frame_cost_nothing_and_close_cleanly() {
     let mut deep = vec![0x00; 500_000];
     deep.push(0x40);
     let received = probe(addr, &prefix, &frame(0, 0x12, &deep), "deep").await;
-    assert!(has_close_with_error(&received), "deep descriptors: got {received:02x?}");
+    assert!(common::has_close_with_error(&received), "deep descriptors: got {received:02x?}");
 
     // The broker still serves a well-behaved client.
     let mut stream = TcpStream::connect(addr).await.unwrap();

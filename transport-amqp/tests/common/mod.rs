@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ironbus_core::auth::Authorizer;
 use ironbus_core::{
@@ -10,6 +11,8 @@ use ironbus_core::{
 };
 use ironbus_store_memory::MemoryStore;
 use ironbus_transport_amqp::AmqpTransport;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
 
 /// A broker on a fresh memory store with a manual clock.
 pub async fn memory_broker() -> Broker {
@@ -32,4 +35,26 @@ pub async fn serve(broker: Broker) -> (SocketAddr, ShutdownTrigger) {
     let (trigger, shutdown) = shutdown_signal();
     tokio::spawn(Box::new(transport).serve(broker, shutdown));
     (addr, trigger)
+}
+
+/// Reads until the peer closes, returning everything received; fails the test (naming `what`)
+/// if the server keeps the connection open for 10 s.
+#[allow(dead_code, reason = "used by the malformed-input tests, not by every test binary")]
+pub async fn read_to_close(stream: &mut TcpStream, what: &str) -> Vec<u8> {
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return all,
+            Ok(Ok(n)) => all.extend_from_slice(&buf[..n]),
+            Err(_) => panic!("{what}: the server kept the connection open: got {all:02x?}"),
+        }
+    }
+}
+
+/// Whether `bytes` hold a Close performative carrying an error.
+#[allow(dead_code, reason = "used by the malformed-input tests, not by every test binary")]
+pub fn has_close_with_error(bytes: &[u8]) -> bool {
+    bytes.windows(3).any(|w| w == [0x00, 0x53, 0x18])
+        && bytes.windows(3).any(|w| w == [0x00, 0x53, 0x1d])
 }
