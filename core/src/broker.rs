@@ -5,6 +5,10 @@
 //! partitions decide *what* (the Service Bus rules on their messages). An entity's record is the
 //! commit point of create and delete: partitions exist in the store only under a live entity id.
 
+mod topics;
+
+pub use topics::TopicRuntime;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -23,8 +27,10 @@ use crate::error::{BrokerError, Result};
 use crate::keys::{self, EntityId};
 use crate::message::{Disposition, Message, ReceivedMessage};
 use crate::partition::{
-    self, Command, PartitionContext, PartitionCounts, PartitionHandle, SendOutcome,
+    self, Command, Lane, PartitionContext, PartitionCounts, PartitionHandle, SendOutcome,
 };
+
+use self::topics::SubscriptionStart;
 use crate::receiver::Receiver;
 use crate::router::{self, RoundRobin};
 use crate::store::{Store, WriteBatch};
@@ -236,12 +242,11 @@ impl Broker {
         let prefix = keys::entities_prefix();
         let end = crate::store::prefix_end(&prefix);
         let mut start = prefix.to_vec();
+        let mut records = Vec::new();
         loop {
             let page = broker.namespace_store().scan(&start, &end, 256).await?;
             for (_, value) in &page {
-                let record = codec::decode_entity(value)?;
-                let handle = broker.start_entity(record)?;
-                broker.entities_mut().insert(handle.path.key().to_owned(), handle);
+                records.push(codec::decode_entity(value)?);
             }
             match page.last() {
                 Some((last, _)) if page.len() == 256 => {
@@ -251,6 +256,7 @@ impl Broker {
                 _ => break,
             }
         }
+        broker.start_all(records)?;
         crate::metrics::describe();
         Ok(broker)
     }
@@ -326,31 +332,61 @@ impl Broker {
         self.entity(&path)
     }
 
-    fn start_entity(&self, record: EntityRecord) -> Result<Arc<EntityHandle>> {
+    /// Starts an entity's partitions: a queue's, a topic's (with the lanes of the
+    /// subscriptions given, whose records the partitions recover with the topic's), none for a
+    /// rule. Subscriptions are started by [`Broker::subscription_handle`].
+    fn start_entity(
+        &self,
+        record: EntityRecord,
+        subscriptions: &[SubscriptionStart],
+    ) -> Result<Arc<EntityHandle>> {
         // Records are keyed by their path; a name that does not parse (written before names
         // were parsed) is kept as it is, which keeps its key.
         let path =
             EntityPath::parse(&record.name).unwrap_or_else(|_| EntityPath::verbatim(&record.name));
         let kind = record.description.kind();
-        let description = match &record.description {
-            EntityDescription::Queue(description) => Arc::new(description.clone()),
-            EntityDescription::Topic(_)
-            | EntityDescription::Subscription(_)
-            | EntityDescription::Rule(_) => return Err(unimplemented(kind)),
+        let (description, topic) = match &record.description {
+            EntityDescription::Queue(description) => (Arc::new(description.clone()), None),
+            EntityDescription::Topic(topic) => {
+                (Arc::new(topic.effective()), Some(topic.filtering_messages_before_publishing))
+            }
+            EntityDescription::Rule(_) => (Arc::new(QueueDescription::default()), None),
+            EntityDescription::Subscription(_) => {
+                return Err(BrokerError::InvalidOperation(format!(
+                    "{} is started with its topic",
+                    record.name
+                )))
+            }
         };
-        let partitions = (0..description.partitions())
-            .map(|p| {
-                partition::spawn(PartitionContext {
-                    entity_id: record.id,
-                    entity_name: record.name.clone(),
-                    partition: PartitionId(p),
-                    description: description.clone(),
-                    store: self.store_for(record.id, PartitionId(p)).clone(),
-                    clock: self.inner.clock.clone(),
-                    cache: self.inner.cache.clone(),
+        let partitions = if kind == EntityKind::Rule {
+            Vec::new()
+        } else {
+            (0..description.partitions())
+                .map(|p| {
+                    let topic = topic.map(|filtering| {
+                        let lanes = subscriptions
+                            .iter()
+                            .map(|s| Lane {
+                                id: s.id,
+                                shared: s.shareds[usize::from(p)].clone(),
+                                config: s.config.clone(),
+                            })
+                            .collect();
+                        (lanes, filtering)
+                    });
+                    partition::spawn(PartitionContext {
+                        entity_id: record.id,
+                        entity_name: record.name.clone(),
+                        partition: PartitionId(p),
+                        description: description.clone(),
+                        store: self.store_for(record.id, PartitionId(p)).clone(),
+                        clock: self.inner.clock.clone(),
+                        cache: self.inner.cache.clone(),
+                        topic,
+                    })
                 })
-            })
-            .collect();
+                .collect()
+        };
         Ok(Arc::new(EntityHandle {
             id: record.id,
             path,
@@ -365,9 +401,9 @@ impl Broker {
     // ---- management ----
 
     /// Creates an entity of the description's kind at `path`. Validates the path and every
-    /// field, enforces the namespace quotas, and writes the entity and all its partitions in
-    /// one atomic store write. Only queues are built; other kinds are
-    /// [`BrokerError::Unimplemented`].
+    /// field, enforces the namespace and topic quotas, and commits the entity with one write of
+    /// its record. A subscription is created with the rule `$Default` (see
+    /// [`Broker::create_subscription`] to name another).
     pub async fn create_entity(
         &self,
         path: &EntityPath,
@@ -381,10 +417,13 @@ impl Broker {
             ));
         }
         match description {
-            EntityDescription::Queue(queue) => self.create_queue_at(path, queue).await,
-            EntityDescription::Topic(_)
-            | EntityDescription::Subscription(_)
-            | EntityDescription::Rule(_) => Err(unimplemented(kind)),
+            EntityDescription::Queue(_) | EntityDescription::Topic(_) => {
+                self.create_top_level(path, description).await
+            }
+            EntityDescription::Subscription(subscription) => {
+                self.create_subscription(path, subscription, None).await
+            }
+            EntityDescription::Rule(rule) => self.create_rule(path, rule).await,
         }
     }
 
@@ -402,14 +441,29 @@ impl Broker {
         )
     }
 
-    async fn create_queue_at(
+    /// Creates a queue or a topic.
+    async fn create_top_level(
         &self,
         path: &EntityPath,
-        description: QueueDescription,
+        entity: EntityDescription,
     ) -> Result<EntityInfo> {
         let name = path.as_str();
         validate_entity_name(name)?;
-        description.validate()?;
+        let description = match &entity {
+            EntityDescription::Queue(queue) => {
+                queue.validate()?;
+                queue.clone()
+            }
+            EntityDescription::Topic(topic) => {
+                topic.validate()?;
+                topic.effective()
+            }
+            EntityDescription::Subscription(_) | EntityDescription::Rule(_) => {
+                return Err(BrokerError::InvalidOperation(format!(
+                    "{name} is not the path of a queue or topic"
+                )))
+            }
+        };
         let _guard = self.inner.management.lock().await;
         {
             let entities = self.entities();
@@ -425,7 +479,10 @@ impl Broker {
                     limits.max_entities
                 )));
             }
-            let partitioned = entities.values().filter(|e| e.partitioned()).count();
+            let partitioned = entities
+                .values()
+                .filter(|e| e.kind.counts_toward_namespace_quota() && e.partitioned())
+                .count();
             if description.enable_partitioning && partitioned >= limits.max_partitioned_entities {
                 return Err(BrokerError::QuotaExceeded(format!(
                     "the namespace already has the maximum of {} partitioned entities",
@@ -437,10 +494,11 @@ impl Broker {
         let now = self.inner.clock.now();
         let id = self.inner.next_entity_id.load(Ordering::Acquire);
         let partitions = description.partitions();
+        let kind = entity.kind();
         let record = EntityRecord {
             id,
             name: name.to_owned(),
-            description: EntityDescription::Queue(description),
+            description: entity,
             created_at: now,
             updated_at: now,
         };
@@ -462,9 +520,9 @@ impl Broker {
         batch.put(keys::entity(path.key()), codec::encode_entity(&record));
         self.namespace_store().write(batch).await?;
         self.inner.next_entity_id.store(id + 1, Ordering::Release);
-        let handle = self.start_entity(record.clone())?;
+        let handle = self.start_entity(record.clone(), &[])?;
         self.entities_mut().insert(path.key().to_owned(), handle);
-        tracing::info!(entity = %name, partitions, "queue created");
+        tracing::info!(entity = %name, kind = kind.as_str(), partitions, "entity created");
         Ok(entity_info(&record))
     }
 
@@ -620,13 +678,7 @@ impl Broker {
                 self.check_forward_targets(&entity.path, new)?;
                 Arc::new(new.clone())
             }
-            (EntityDescription::Queue(_), _)
-            | (
-                EntityDescription::Topic(_)
-                | EntityDescription::Subscription(_)
-                | EntityDescription::Rule(_),
-                _,
-            ) => return Err(unimplemented(description.kind())),
+            _ => return self.update_topic_entity(entity, record, description).await,
         };
         self.require_all_partitions(&entity).await?;
         record.description = description;
@@ -657,6 +709,9 @@ impl Broker {
     pub async fn delete_entity(&self, path: &EntityPath) -> Result<()> {
         let _guard = self.inner.management.lock().await;
         let entity = self.entity(path)?;
+        if entity.kind != EntityKind::Queue {
+            return self.delete_topic_entity(entity).await;
+        }
         self.require_all_partitions(&entity).await?;
         let mut batch = WriteBatch::new();
         batch.delete(keys::entity(entity.path.key()));
@@ -712,6 +767,13 @@ impl Broker {
     ) -> Result<SendFuture> {
         let address = address.into();
         let entity = self.entity(&address.entity)?;
+        if !matches!(entity.kind, EntityKind::Queue | EntityKind::Topic) {
+            return Err(BrokerError::InvalidOperation(format!(
+                "messages cannot be sent to {} {}: send to its topic",
+                entity.kind.as_str(),
+                entity.path
+            )));
+        }
         let description = entity.description();
         if address.queue != SubQueue::Main {
             return Err(BrokerError::InvalidOperation(
@@ -828,10 +890,23 @@ impl Broker {
         let entity = self.entity(&address.entity)?;
         self.check_receive(&entity)?;
         let id = self.inner.next_receiver_id.fetch_add(1, Ordering::Relaxed);
+        // Receivers on partitions of a queue or a subscription.
         Ok(Receiver::attach(entity, id, mode, address.queue))
     }
 
     fn check_receive(&self, entity: &EntityHandle) -> Result<()> {
+        match entity.kind {
+            EntityKind::Queue | EntityKind::Subscription => {}
+            EntityKind::Topic => {
+                return Err(BrokerError::InvalidOperation(format!(
+                    "topic {} cannot be received from: receive from one of its subscriptions",
+                    entity.path
+                )))
+            }
+            EntityKind::Rule => {
+                return Err(BrokerError::EntityNotFound { entity: entity.path.to_string() })
+            }
+        }
         let status = entity.description().status;
         if status.can_receive() {
             Ok(())
@@ -1036,16 +1111,6 @@ fn entity_info(record: &EntityRecord) -> EntityInfo {
         created_at: record.created_at,
         updated_at: record.updated_at,
     }
-}
-
-/// The error of an operation on a kind of entity that is not built yet.
-fn unimplemented(kind: EntityKind) -> BrokerError {
-    BrokerError::Unimplemented(match kind {
-        EntityKind::Queue => "queues",
-        EntityKind::Topic => "topics",
-        EntityKind::Subscription => "subscriptions",
-        EntityKind::Rule => "rules",
-    })
 }
 
 /// Groups sequence numbers by the partition that issued them, dropping those of no partition.

@@ -10,7 +10,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use uuid::Uuid;
 
 use crate::description::{
-    EntityStatus, QueueDescription, RuleDescription, SubscriptionDescription, TopicDescription,
+    CorrelationFilterDescription, EntityStatus, QueueDescription, RuleAction, RuleDescription,
+    RuleFilter, SubscriptionDescription, TopicDescription,
 };
 use crate::entity::{EntityDescription, EntityKind};
 use crate::message::{
@@ -221,6 +222,18 @@ impl<'a> Reader<'a> {
     fn corrupted(&self, detail: &str) -> StoreError {
         StoreError::corrupted(format!("{}: {detail}", self.what))
     }
+    fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+    fn status(&mut self) -> DecodeResult<EntityStatus> {
+        Ok(match self.u8()? {
+            0 => EntityStatus::Active,
+            1 => EntityStatus::Disabled,
+            2 => EntityStatus::SendDisabled,
+            3 => EntityStatus::ReceiveDisabled,
+            s => return Err(self.corrupted(&format!("unknown status {s}"))),
+        })
+    }
 }
 
 pub fn encode_entity(record: &EntityRecord) -> Bytes {
@@ -246,17 +259,83 @@ pub fn encode_entity(record: &EntityRecord) -> Bytes {
             w.opt_str(&d.forward_to);
             w.opt_str(&d.forward_dead_lettered_messages_to);
             w.bool(d.enable_batched_operations);
-            w.u8(match d.status {
-                EntityStatus::Active => 0,
-                EntityStatus::Disabled => 1,
-                EntityStatus::SendDisabled => 2,
-                EntityStatus::ReceiveDisabled => 3,
-            });
+            w.u8(status_code(d.status));
             w.opt_str(&d.user_metadata);
         }
-        EntityDescription::Topic(TopicDescription {})
-        | EntityDescription::Subscription(SubscriptionDescription {})
-        | EntityDescription::Rule(RuleDescription {}) => {}
+        EntityDescription::Topic(d) => {
+            w.duration(d.default_message_time_to_live);
+            w.u64(d.max_size_in_megabytes);
+            w.bool(d.requires_duplicate_detection);
+            w.duration(d.duplicate_detection_history_time_window);
+            w.bool(d.enable_batched_operations);
+            w.bool(d.filtering_messages_before_publishing);
+            w.u8(status_code(d.status));
+            w.opt_str(&d.user_metadata);
+            w.bool(d.support_ordering);
+            w.duration(d.auto_delete_on_idle);
+            w.bool(d.enable_partitioning);
+            w.u16(d.partition_count);
+            w.u64(d.max_message_size_in_kilobytes);
+            w.bool(d.enable_subscription_partitioning);
+            w.bool(d.enable_express);
+        }
+        EntityDescription::Subscription(d) => {
+            w.duration(d.lock_duration);
+            w.bool(d.requires_session);
+            w.duration(d.default_message_time_to_live);
+            w.bool(d.dead_lettering_on_message_expiration);
+            w.bool(d.dead_lettering_on_filter_evaluation_exceptions);
+            w.u32(d.max_delivery_count);
+            w.bool(d.enable_batched_operations);
+            w.u8(status_code(d.status));
+            w.opt_str(&d.forward_to);
+            w.opt_str(&d.forward_dead_lettered_messages_to);
+            w.opt_str(&d.user_metadata);
+            w.duration(d.auto_delete_on_idle);
+        }
+        EntityDescription::Rule(d) => {
+            match &d.filter {
+                RuleFilter::True => w.u8(0),
+                RuleFilter::False => w.u8(1),
+                RuleFilter::Sql { expression, parameters } => {
+                    w.u8(2);
+                    w.str(expression);
+                    encode_pairs(&mut w, parameters.iter().map(|(k, v)| (k, v)), parameters.len());
+                }
+                RuleFilter::Correlation(c) => {
+                    w.u8(3);
+                    for field in [
+                        &c.correlation_id,
+                        &c.message_id,
+                        &c.to,
+                        &c.reply_to,
+                        &c.subject,
+                        &c.session_id,
+                        &c.reply_to_session_id,
+                        &c.content_type,
+                    ] {
+                        w.opt_str(field);
+                    }
+                    encode_pairs(
+                        &mut w,
+                        c.properties.iter().map(|(k, v)| (k, v)),
+                        c.properties.len(),
+                    );
+                }
+            }
+            match &d.action {
+                None => w.u8(0),
+                Some(action) => {
+                    w.u8(1);
+                    w.str(&action.expression);
+                    encode_pairs(
+                        &mut w,
+                        action.parameters.iter().map(|(k, v)| (k, v)),
+                        action.parameters.len(),
+                    );
+                }
+            }
+        }
     }
     w.finish()
 }
@@ -283,18 +362,65 @@ pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
             forward_to: r.opt(Reader::str)?,
             forward_dead_lettered_messages_to: r.opt(Reader::str)?,
             enable_batched_operations: r.bool()?,
-            status: match r.u8()? {
-                0 => EntityStatus::Active,
-                1 => EntityStatus::Disabled,
-                2 => EntityStatus::SendDisabled,
-                3 => EntityStatus::ReceiveDisabled,
-                s => return Err(r.corrupted(&format!("unknown status {s}"))),
-            },
+            status: r.status()?,
             user_metadata: r.opt(Reader::str)?,
         }),
-        2 => EntityDescription::Topic(TopicDescription {}),
-        3 => EntityDescription::Subscription(SubscriptionDescription {}),
-        4 => EntityDescription::Rule(RuleDescription {}),
+        2 => EntityDescription::Topic(TopicDescription {
+            default_message_time_to_live: r.duration()?,
+            max_size_in_megabytes: r.u64()?,
+            requires_duplicate_detection: r.bool()?,
+            duplicate_detection_history_time_window: r.duration()?,
+            enable_batched_operations: r.bool()?,
+            filtering_messages_before_publishing: r.bool()?,
+            status: r.status()?,
+            user_metadata: r.opt(Reader::str)?,
+            support_ordering: r.bool()?,
+            auto_delete_on_idle: r.duration()?,
+            enable_partitioning: r.bool()?,
+            partition_count: r.u16()?,
+            max_message_size_in_kilobytes: r.u64()?,
+            enable_subscription_partitioning: r.bool()?,
+            enable_express: r.bool()?,
+        }),
+        3 => EntityDescription::Subscription(SubscriptionDescription {
+            lock_duration: r.duration()?,
+            requires_session: r.bool()?,
+            default_message_time_to_live: r.duration()?,
+            dead_lettering_on_message_expiration: r.bool()?,
+            dead_lettering_on_filter_evaluation_exceptions: r.bool()?,
+            max_delivery_count: r.u32()?,
+            enable_batched_operations: r.bool()?,
+            status: r.status()?,
+            forward_to: r.opt(Reader::str)?,
+            forward_dead_lettered_messages_to: r.opt(Reader::str)?,
+            user_metadata: r.opt(Reader::str)?,
+            auto_delete_on_idle: r.duration()?,
+        }),
+        4 => {
+            let filter = match r.u8()? {
+                0 => RuleFilter::True,
+                1 => RuleFilter::False,
+                2 => RuleFilter::Sql { expression: r.str()?, parameters: decode_pairs(&mut r)? },
+                3 => RuleFilter::Correlation(CorrelationFilterDescription {
+                    correlation_id: r.opt(Reader::str)?,
+                    message_id: r.opt(Reader::str)?,
+                    to: r.opt(Reader::str)?,
+                    reply_to: r.opt(Reader::str)?,
+                    subject: r.opt(Reader::str)?,
+                    session_id: r.opt(Reader::str)?,
+                    reply_to_session_id: r.opt(Reader::str)?,
+                    content_type: r.opt(Reader::str)?,
+                    properties: decode_pairs(&mut r)?,
+                }),
+                f => return Err(r.corrupted(&format!("unknown filter kind {f}"))),
+            };
+            let action = match r.u8()? {
+                0 => None,
+                1 => Some(RuleAction { expression: r.str()?, parameters: decode_pairs(&mut r)? }),
+                a => return Err(r.corrupted(&format!("unknown action kind {a}"))),
+            };
+            EntityDescription::Rule(RuleDescription { filter, action })
+        }
         k => return Err(r.corrupted(&format!("unknown entity kind {k}"))),
     };
     Ok(EntityRecord { id, name, description, created_at, updated_at })
@@ -362,8 +488,26 @@ pub fn encode_meta(meta: &MessageMeta) -> Bytes {
 }
 
 fn encode_properties(w: &mut Writer, props: &ApplicationProperties) {
-    w.u32(props.len() as u32);
-    for (name, value) in props {
+    encode_pairs(w, props.iter(), props.len());
+}
+
+fn status_code(status: EntityStatus) -> u8 {
+    match status {
+        EntityStatus::Active => 0,
+        EntityStatus::Disabled => 1,
+        EntityStatus::SendDisabled => 2,
+        EntityStatus::ReceiveDisabled => 3,
+    }
+}
+
+/// Named values, in the order given (application properties, rule parameters).
+fn encode_pairs<'a>(
+    w: &mut Writer,
+    pairs: impl Iterator<Item = (&'a String, &'a PropertyValue)>,
+    len: usize,
+) {
+    w.u32(len as u32);
+    for (name, value) in pairs {
         w.str(name);
         match value {
             PropertyValue::Null => w.u8(0),
@@ -436,8 +580,13 @@ fn encode_properties(w: &mut Writer, props: &ApplicationProperties) {
 }
 
 fn decode_properties(r: &mut Reader<'_>) -> DecodeResult<ApplicationProperties> {
+    Ok(decode_pairs(r)?.into_iter().collect())
+}
+
+fn decode_pairs(r: &mut Reader<'_>) -> DecodeResult<Vec<(String, PropertyValue)>> {
     let n = r.u32()?;
-    let mut props = ApplicationProperties::new();
+    // Each pair takes at least 5 bytes: never reserve more than the record can hold.
+    let mut props = Vec::with_capacity((n as usize).min(r.remaining() / 5));
     for _ in 0..n {
         let name = r.str()?;
         let value = match r.u8()? {
@@ -462,7 +611,7 @@ fn decode_properties(r: &mut Reader<'_>) -> DecodeResult<ApplicationProperties> 
             16 => PropertyValue::String(r.str()?),
             t => return Err(r.corrupted(&format!("unknown property type {t}"))),
         };
-        props.insert(name, value);
+        props.push((name, value));
     }
     Ok(props)
 }
@@ -734,12 +883,73 @@ mod tests {
     }
 
     #[test]
+    fn topic_subscription_and_rule_records_round_trip() {
+        let descriptions = [
+            EntityDescription::Topic(TopicDescription {
+                requires_duplicate_detection: true,
+                enable_partitioning: true,
+                partition_count: 4,
+                filtering_messages_before_publishing: true,
+                user_metadata: Some("m".into()),
+                status: EntityStatus::ReceiveDisabled,
+                ..Default::default()
+            }),
+            EntityDescription::Subscription(SubscriptionDescription {
+                requires_session: true,
+                forward_to: Some("q".into()),
+                dead_lettering_on_filter_evaluation_exceptions: false,
+                status: EntityStatus::Disabled,
+                ..Default::default()
+            }),
+            EntityDescription::Rule(RuleDescription::default()),
+            EntityDescription::Rule(RuleDescription { filter: RuleFilter::False, action: None }),
+            EntityDescription::Rule(RuleDescription {
+                filter: RuleFilter::Sql {
+                    expression: "color = @c".into(),
+                    parameters: vec![("@c".into(), PropertyValue::String("red".into()))],
+                },
+                action: Some(RuleAction {
+                    expression: "SET n = @n".into(),
+                    parameters: vec![("@n".into(), PropertyValue::Long(7))],
+                }),
+            }),
+            EntityDescription::Rule(RuleDescription {
+                filter: RuleFilter::Correlation(CorrelationFilterDescription {
+                    correlation_id: Some("c".into()),
+                    subject: Some("l".into()),
+                    properties: vec![
+                        ("b".into(), PropertyValue::Int(1)),
+                        ("a".into(), PropertyValue::Bool(true)),
+                    ],
+                    ..Default::default()
+                }),
+                action: None,
+            }),
+        ];
+        for description in descriptions {
+            let record = EntityRecord {
+                id: 7,
+                name: "t/Subscriptions/s".into(),
+                description,
+                created_at: Timestamp::from_millis(1),
+                updated_at: Timestamp::from_millis(2),
+            };
+            let bytes = encode_entity(&record);
+            assert_eq!(decode_entity(&bytes).unwrap(), record);
+            // A truncated record is corruption, never a panic.
+            for cut in 0..bytes.len() {
+                assert!(decode_entity(&bytes[..cut]).is_err());
+            }
+        }
+    }
+
+    #[test]
     fn every_entity_kind_round_trips_with_its_kind() {
         let kinds = [
             EntityDescription::Queue(QueueDescription::default()),
-            EntityDescription::Topic(TopicDescription {}),
-            EntityDescription::Subscription(SubscriptionDescription {}),
-            EntityDescription::Rule(RuleDescription {}),
+            EntityDescription::Topic(TopicDescription::default()),
+            EntityDescription::Subscription(SubscriptionDescription::default()),
+            EntityDescription::Rule(RuleDescription::default()),
         ];
         for description in kinds {
             let record = EntityRecord {

@@ -1,6 +1,14 @@
-//! Entity descriptions: Service Bus's queue properties, their defaults and their validation.
-//! Topics, subscriptions and rules have their descriptions beside [`QueueDescription`]; they are
-//! placeholders until those kinds are built (see [`crate::entity`]).
+//! Entity descriptions: Service Bus's queue properties, their defaults and their validation;
+//! topics, subscriptions and rules in [`topic`] (re-exported here).
+
+pub(crate) mod topic;
+
+pub use topic::{
+    CorrelationFilterDescription, RuleAction, RuleDescription, RuleFilter, SubscriptionDescription,
+    TopicDescription, DEFAULT_RULE_NAME, MAX_ACTION_STATEMENTS, MAX_CORRELATION_FILTERS_PER_TOPIC,
+    MAX_EXPRESSION_LEN, MAX_SQL_FILTERS_PER_TOPIC, MAX_SUBSCRIPTIONS_PER_TOPIC,
+    MAX_SUBSCRIPTION_OR_RULE_NAME_LEN,
+};
 
 use std::time::Duration;
 
@@ -71,19 +79,6 @@ pub struct QueueDescription {
     pub status: EntityStatus,
     pub user_metadata: Option<String>,
 }
-
-/// A topic's properties. A placeholder: topics are not built yet, and no topic record has
-/// been written; its fields (and their encoding) arrive with topics.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TopicDescription {}
-
-/// A subscription's properties. A placeholder, like [`TopicDescription`].
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SubscriptionDescription {}
-
-/// A subscription rule's filter and action. A placeholder, like [`TopicDescription`].
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RuleDescription {}
 
 impl Default for QueueDescription {
     fn default() -> Self {
@@ -221,7 +216,12 @@ impl QueueDescription {
     }
 }
 
-fn check_range(field: &'static str, value: Duration, min: Duration, max: Duration) -> Result<()> {
+pub(crate) fn check_range(
+    field: &'static str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<()> {
     if value < min || value > max {
         return Err(BrokerError::invalid(
             field,

@@ -1,6 +1,5 @@
-//! Entity kinds: what the namespace holds. Queues today; topics, their subscriptions and the
-//! subscriptions' rules have their place in the same namespace, key space and record, and are
-//! refused as not implemented until they are built.
+//! Entity kinds: what the namespace holds — queues, topics, their subscriptions and the
+//! subscriptions' rules, in one namespace, key space and record shape.
 //!
 //! **Architecture Invariant:** every entity of every kind is one record under its
 //! [`EntityPath`]'s key, which carries its kind; code that acts on an entity matches the kind
@@ -52,11 +51,12 @@ impl EntityKind {
         }
     }
 
-    /// Whether the broker builds entities of this kind yet.
+    /// Whether the broker builds entities of this kind (all are built).
     pub fn is_implemented(self) -> bool {
         match self {
-            EntityKind::Queue => true,
-            EntityKind::Topic | EntityKind::Subscription | EntityKind::Rule => false,
+            EntityKind::Queue | EntityKind::Topic | EntityKind::Subscription | EntityKind::Rule => {
+                true
+            }
         }
     }
 }
@@ -125,7 +125,7 @@ mod tests {
         ];
         for (description, kind) in cases {
             assert_eq!(description.kind(), kind);
-            assert_eq!(kind.is_implemented(), kind == EntityKind::Queue);
+            assert!(kind.is_implemented());
         }
     }
 }

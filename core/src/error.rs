@@ -52,6 +52,11 @@ pub enum BrokerError {
     #[error("message of {size} bytes exceeds the maximum of {max} bytes")]
     MessageSizeExceeded { size: usize, max: usize },
 
+    /// No subscription of the topic took the message, and the topic has
+    /// FilteringMessagesBeforePublishing on. Not retriable.
+    #[error("no subscription of topic {entity} matched the message")]
+    NoMatchingSubscription { entity: String },
+
     /// The operation is not built yet. Fails loudly rather than pretending.
     #[error("not implemented: {0}")]
     Unimplemented(&'static str),

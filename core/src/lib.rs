@@ -30,6 +30,7 @@ pub mod metrics;
 mod partition;
 pub mod receiver;
 pub mod router;
+mod rules;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -37,11 +38,13 @@ pub mod transport;
 pub mod types;
 
 pub use address::{Address, AddressError, EntityAddress, EntityPath, PathShape};
-pub use broker::{Availability, Broker, BrokerOptions, QueueInfo, QueueRuntime, SendFuture};
+pub use broker::{
+    Availability, Broker, BrokerOptions, QueueInfo, QueueRuntime, SendFuture, TopicRuntime,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use description::{
-    EntityStatus, NamespaceLimits, QueueDescription, RuleDescription, SubscriptionDescription,
-    TopicDescription,
+    CorrelationFilterDescription, EntityStatus, NamespaceLimits, QueueDescription, RuleAction,
+    RuleDescription, RuleFilter, SubscriptionDescription, TopicDescription,
 };
 pub use entity::{EntityDescription, EntityInfo, EntityKind};
 pub use error::{BrokerError, Result};

@@ -11,7 +11,7 @@ pub const MESSAGES_OUTGOING_TOTAL: &str = "ironbus_broker_messages_outgoing_tota
 /// dead_letter).
 pub const SETTLEMENTS_TOTAL: &str = "ironbus_broker_settlements_total";
 /// Messages moved to a dead-letter queue. Label: `reason` (MaxDeliveryCountExceeded,
-/// TTLExpiredException, client).
+/// TTLExpiredException, client, filter: a subscription's rule failed to evaluate).
 pub const DEAD_LETTERED_TOTAL: &str = "ironbus_broker_dead_lettered_total";
 /// Expired messages dropped (entities without dead-lettering on expiration).
 pub const MESSAGES_EXPIRED_TOTAL: &str = "ironbus_broker_messages_expired_total";
@@ -19,6 +19,8 @@ pub const MESSAGES_EXPIRED_TOTAL: &str = "ironbus_broker_messages_expired_total"
 pub const DUPLICATES_DROPPED_TOTAL: &str = "ironbus_broker_duplicates_dropped_total";
 /// Message locks that expired before settlement.
 pub const LOCK_EXPIRATIONS_TOTAL: &str = "ironbus_broker_lock_expirations_total";
+/// Messages published to a topic that no subscription took (accepted and discarded).
+pub const MESSAGES_UNMATCHED_TOTAL: &str = "ironbus_broker_messages_unmatched_total";
 /// Partitions currently unavailable (their store cannot serve them).
 pub const PARTITIONS_UNAVAILABLE: &str = "ironbus_broker_partitions_unavailable";
 /// Message bodies read back from the store (not in the body cache when delivered or peeked).
@@ -104,6 +106,12 @@ pub const CATALOGUE: &[MetricDef] = &[
         name: LOCK_EXPIRATIONS_TOTAL,
         kind: MetricKind::Counter,
         help: "Message locks that expired before settlement",
+        labels: &[],
+    },
+    MetricDef {
+        name: MESSAGES_UNMATCHED_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Messages published to a topic that no subscription took",
         labels: &[],
     },
     MetricDef {

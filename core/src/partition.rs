@@ -44,6 +44,7 @@ mod sub_queues;
 mod tally;
 #[cfg(test)]
 mod tests;
+mod topic;
 
 use std::fmt;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
@@ -56,6 +57,7 @@ pub(crate) use self::bodies::BodyCache;
 use self::journal::Journal;
 use self::state::PartitionState;
 use self::sub_queues::SubQueues;
+use self::topic::TopicPart;
 use crate::clock::Clock;
 use crate::description::QueueDescription;
 use crate::error::{BrokerError, Result};
@@ -63,6 +65,7 @@ use crate::keys::EntityId;
 use crate::message::{Disposition, Message, ReceivedMessage};
 use crate::metrics as m;
 use crate::receiver::ReceiverShared;
+use crate::rules::RuleSet;
 use crate::store::{Store, StoreError};
 use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp};
 
@@ -135,6 +138,37 @@ pub(crate) enum Command {
     Drain(oneshot::Sender<()>),
     /// Stop: the entity is deleted. Receivers are closed.
     Close,
+    /// A topic partition: start a subscription's lane (a new subscription: it has no records).
+    AddLane(Box<Lane>),
+    /// A topic partition: a subscription's settings or rules changed.
+    Configure(Arc<LaneConfig>),
+    /// A topic partition: the subscription is deleted; its records go with this cycle's write.
+    RemoveLane(oneshot::Sender<Result<()>>),
+    /// A topic partition: whether a message no subscription takes is refused.
+    Filtering(bool),
+}
+
+/// Identifies a lane of a partition: the queue's, topic's or subscription's entity id.
+pub(crate) type LaneId = EntityId;
+
+/// How a subscription's lane takes the topic's messages.
+#[derive(Debug)]
+pub(crate) struct LaneConfig {
+    /// The queue the subscription behaves as (see `SubscriptionDescription::effective`).
+    pub(crate) description: Arc<QueueDescription>,
+    pub(crate) rules: Arc<RuleSet>,
+    /// Whether the subscription's status lets it take new messages.
+    pub(crate) takes_messages: bool,
+    /// Whether a copy whose rules fail to evaluate is dead-lettered (else dropped).
+    pub(crate) dead_letter_filter_errors: bool,
+}
+
+/// A subscription's lane in a topic partition, as the broker starts it.
+#[derive(Debug, Clone)]
+pub(crate) struct Lane {
+    pub(crate) id: LaneId,
+    pub(crate) shared: Arc<PartitionShared>,
+    pub(crate) config: Arc<LaneConfig>,
 }
 
 /// What the rest of the broker can see of a partition without asking it.
@@ -147,6 +181,15 @@ pub(crate) struct PartitionShared {
 }
 
 impl PartitionShared {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(PartitionShared {
+            available: AtomicBool::new(true),
+            deliverable: SubQueues::default(),
+            nudge_pending: AtomicBool::new(false),
+            size_bytes: AtomicU64::new(0),
+        })
+    }
+
     pub(crate) fn is_available(&self) -> bool {
         self.available.load(Ordering::Acquire)
     }
@@ -164,7 +207,9 @@ impl PartitionShared {
 #[derive(Debug, Clone)]
 pub(crate) struct PartitionHandle {
     pub(crate) id: PartitionId,
-    tx: mpsc::UnboundedSender<Command>,
+    /// The lane commands through this handle go to.
+    pub(crate) lane: LaneId,
+    tx: mpsc::UnboundedSender<(LaneId, Command)>,
     pub(crate) shared: Arc<PartitionShared>,
 }
 
@@ -173,7 +218,12 @@ impl PartitionHandle {
     /// submit by the credit they grant their clients. If the actor is gone the command (and its
     /// reply channel) is dropped, which the caller sees as [`BrokerError::ShuttingDown`].
     pub(crate) fn send(&self, command: Command) {
-        let _ = self.tx.send(command);
+        let _ = self.tx.send((self.lane, command));
+    }
+
+    /// A handle on another lane of the same partition (a subscription's, in a topic's).
+    pub(crate) fn for_lane(&self, lane: LaneId, shared: Arc<PartitionShared>) -> PartitionHandle {
+        PartitionHandle { id: self.id, lane, tx: self.tx.clone(), shared }
     }
 
     /// Asks the actor to deliver, unless such a request is already queued.
@@ -207,18 +257,21 @@ pub(crate) struct PartitionContext {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) cache: Arc<BodyCache>,
+    /// For a topic: its subscriptions' lanes when the partition starts (their records are
+    /// recovered with the topic's), and whether unmatched messages are refused.
+    pub(crate) topic: Option<(Vec<Lane>, bool)>,
 }
 
 /// Starts the actor of one partition on the current tokio runtime.
 pub(crate) fn spawn(context: PartitionContext) -> PartitionHandle {
     let (tx, rx) = mpsc::unbounded_channel();
-    let shared = Arc::new(PartitionShared {
-        available: AtomicBool::new(true),
-        deliverable: SubQueues::default(),
-        nudge_pending: AtomicBool::new(false),
-        size_bytes: AtomicU64::new(0),
-    });
-    let handle = PartitionHandle { id: context.partition, tx, shared: shared.clone() };
+    let shared = PartitionShared::new();
+    let handle = PartitionHandle {
+        id: context.partition,
+        lane: context.entity_id,
+        tx,
+        shared: shared.clone(),
+    };
     let actor = Partition::new(context, shared);
     tokio::spawn(actor.run(rx));
     // Load the partition's state now rather than at its first request, so that scheduled
@@ -228,10 +281,13 @@ pub(crate) fn spawn(context: PartitionContext) -> PartitionHandle {
 }
 
 /// The actor: reads the clock, writes what the state journalled, and carries out its effects.
+/// A queue's partition has one lane (its state); a topic's has the topic's own lane (its
+/// scheduled messages, duplicate window and sequence counter) and one per subscription.
 struct Partition {
     cx: PartitionContext,
     shared: Arc<PartitionShared>,
     state: PartitionState,
+    topic: Option<TopicPart>,
     needs_rebuild: bool,
 }
 
@@ -245,14 +301,22 @@ impl fmt::Debug for Partition {
 }
 
 impl Partition {
-    fn new(cx: PartitionContext, shared: Arc<PartitionShared>) -> Self {
+    fn new(mut cx: PartitionContext, shared: Arc<PartitionShared>) -> Self {
         let journal = Journal::new(cx.entity_id, cx.partition);
-        let state =
+        let mut state =
             PartitionState::new(journal, cx.partition, cx.description.clone(), cx.cache.clone());
-        Partition { cx, shared, state, needs_rebuild: true }
+        let topic = cx.topic.take().map(|(lanes, filtering)| {
+            state.shared_bodies = true;
+            let mut topic = TopicPart::new(cx.entity_name.clone(), filtering);
+            for lane in lanes {
+                topic.add_lane(&cx, lane);
+            }
+            topic
+        });
+        Partition { cx, shared, state, topic, needs_rebuild: true }
     }
 
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<(LaneId, Command)>) {
         let mut commands = Vec::with_capacity(MAX_BATCH);
         loop {
             let deadline = self.next_deadline();
@@ -269,8 +333,21 @@ impl Partition {
                 break;
             }
         }
-        self.state.close_receivers();
-        self.state.release_cache();
+        for state in self.states_mut() {
+            state.close_receivers();
+            state.release_cache();
+        }
+    }
+
+    /// Every lane's state: the partition's own, then its subscriptions'.
+    fn states_mut(&mut self) -> impl Iterator<Item = &mut PartitionState> {
+        let subs = self.topic.iter_mut().flat_map(|t| t.lanes.iter_mut().map(|l| &mut l.state));
+        std::iter::once(&mut self.state).chain(subs)
+    }
+
+    fn states(&self) -> impl Iterator<Item = &PartitionState> {
+        let subs = self.topic.iter().flat_map(|t| t.lanes.iter().map(|l| &l.state));
+        std::iter::once(&self.state).chain(subs)
     }
 
     fn unavailable(&self) -> BrokerError {
@@ -281,15 +358,15 @@ impl Partition {
     }
 
     /// One cycle. Returns false when the actor should stop.
-    async fn cycle(&mut self, commands: &mut Vec<Command>) -> bool {
+    async fn cycle(&mut self, commands: &mut Vec<(LaneId, Command)>) -> bool {
         self.shared.nudge_pending.store(false, Ordering::Release);
         if self.needs_rebuild {
             if let Err(e) = self.rebuild().await {
                 tracing::warn!(entity = %self.cx.entity_name, partition = %self.cx.partition, error = %e, "partition unavailable");
                 self.set_available(false);
                 let error = self.unavailable();
-                for command in commands.drain(..) {
-                    if !self.handle_while_unavailable(command, &error) {
+                for (lane, command) in commands.drain(..) {
+                    if !self.handle_while_unavailable(lane, command, &error) {
                         return false;
                     }
                 }
@@ -299,23 +376,39 @@ impl Partition {
         }
 
         let now = self.cx.clock.now();
-        self.state.process_due(now);
+        for state in self.states_mut() {
+            state.process_due(now);
+        }
+        if let Some(topic) = &mut self.topic {
+            topic.publish_due(&mut self.state);
+        }
         let mut keep_running = true;
-        for command in commands.drain(..) {
-            keep_running &= self.state.apply(command, now);
+        for (lane, command) in commands.drain(..) {
+            keep_running &= self.apply(lane, command, now);
         }
         self.deliver(now);
-        self.state.end_cycle();
+        if let Some(topic) = &mut self.topic {
+            topic.release_bodies(&mut self.state);
+        }
+        for state in self.states_mut() {
+            state.end_cycle();
+        }
 
         // Bodies first: what this cycle deletes is still in the store until the write.
         let mut result = self.load_bodies().await;
-        if result.is_ok() && !self.state.fx.journal.is_empty() {
-            let batch = self.state.fx.journal.take();
+        let mut batch = self.state.fx.journal.take();
+        if let Some(topic) = &mut self.topic {
+            for lane in &mut topic.lanes {
+                batch.append(&mut lane.state.fx.journal.take());
+            }
+        }
+        if result.is_ok() && !batch.is_empty() {
             let stopwatch = m::Stopwatch::start();
             result = self.cx.store.write(batch).await;
             metrics::histogram!(m::STORE_WRITE_DURATION_SECONDS).record(stopwatch.seconds());
         }
-        if result.is_ok() && std::mem::take(&mut self.state.fx.probe) {
+        let probe = self.states_mut().fold(false, |p, s| std::mem::take(&mut s.fx.probe) | p);
+        if result.is_ok() && probe {
             result = journal::probe(&*self.cx.store, self.cx.entity_id, self.cx.partition).await;
         }
         let result = result.map_err(|e: StoreError| {
@@ -329,21 +422,84 @@ impl Partition {
             }
         });
 
-        self.state.fx.complete(&result);
-        if result.is_ok() {
-            self.state.drop_transient_bodies();
-        } else {
-            self.state.fx.transient.clear();
+        for state in self.states_mut() {
+            state.fx.complete(&result);
+            if result.is_ok() {
+                state.drop_transient_bodies();
+            } else {
+                state.fx.transient.clear();
+            }
         }
         self.publish();
         keep_running
     }
 
+    /// Applies one command to its lane. False when the partition should stop.
+    fn apply(&mut self, lane: LaneId, command: Command, now: Timestamp) -> bool {
+        if lane == self.cx.entity_id {
+            match (&mut self.topic, command) {
+                (Some(topic), Command::Send { messages, reply }) => {
+                    let outcome = topic.publish(&mut self.state, messages, now);
+                    self.state.fx.reply(reply, outcome);
+                    true
+                }
+                (Some(topic), Command::Filtering(on)) => {
+                    topic.filtering = on;
+                    true
+                }
+                (_, command) => self.state.apply(command, now),
+            }
+        } else if let Some(topic) = &mut self.topic {
+            match command {
+                Command::AddLane(spec) => topic.add_lane(&self.cx, *spec),
+                Command::RemoveLane(reply) => {
+                    topic.remove_lane(lane, &mut self.state);
+                    self.state.fx.reply(reply, Ok(()));
+                }
+                Command::Configure(config) => topic.configure(lane, config),
+                command => {
+                    if let Some(state) = topic.lane_mut(lane) {
+                        state.apply(command, now);
+                    }
+                }
+            }
+            true
+        } else {
+            // No such lane: the command (and its reply channel) is dropped.
+            true
+        }
+    }
+
     /// Serves what can be served without state while the partition cannot reach its store.
-    fn handle_while_unavailable(&mut self, command: Command, error: &BrokerError) -> bool {
+    fn handle_while_unavailable(
+        &mut self,
+        lane: LaneId,
+        command: Command,
+        error: &BrokerError,
+    ) -> bool {
         fn fail<T>(reply: oneshot::Sender<Result<T>>, error: &BrokerError) {
             let _ = reply.send(Err(error.clone()));
         }
+        let state = if lane == self.cx.entity_id {
+            &mut self.state
+        } else {
+            let Some(topic) = &mut self.topic else { return true };
+            match command {
+                Command::AddLane(spec) => {
+                    topic.add_lane(&self.cx, *spec);
+                    return true;
+                }
+                Command::Configure(config) => {
+                    topic.configure(lane, config);
+                    return true;
+                }
+                _ => {}
+            }
+            match topic.lane_mut(lane) {
+                Some(state) => state,
+                None => return true,
+            }
+        };
         match command {
             Command::Send { reply, .. } => fail(reply, error),
             Command::Cancel { reply, .. } => fail(reply, error),
@@ -352,10 +508,16 @@ impl Partition {
             Command::ReceiveDeferred { reply, .. } => fail(reply, error),
             Command::Peek { reply, .. } => fail(reply, error),
             Command::Counts { reply } => fail(reply, error),
-            Command::Update(description) => self.state.description = description,
-            Command::Attach(receiver) => self.state.attach(receiver),
-            Command::Detach(id) => self.state.detach(id),
-            Command::Deliver => {}
+            Command::RemoveLane(reply) => fail(reply, error),
+            Command::Update(description) => state.description = description,
+            Command::Attach(receiver) => state.attach(receiver),
+            Command::Detach(id) => state.detach(id),
+            Command::Deliver | Command::AddLane(_) | Command::Configure(_) => {}
+            Command::Filtering(on) => {
+                if let Some(topic) = &mut self.topic {
+                    topic.filtering = on;
+                }
+            }
             Command::Drain(ack) => drop(ack.send(())),
             Command::Close => return false,
         }
@@ -364,18 +526,26 @@ impl Partition {
 
     /// Delivers to receivers with credit, publishing what is left in between.
     fn deliver(&mut self, now: Timestamp) {
-        self.state.deliver_available(now);
+        for state in self.states_mut() {
+            state.deliver_available(now);
+        }
         // Publish what is left before looking at credit once more. Pairs with the fence in
         // `Receiver::add_credit`: a receiver that added credit after the pass above either sees
         // these counts and nudges, or its credit is seen here.
         self.publish();
         fence(Ordering::SeqCst);
-        if self.state.can_deliver() {
-            self.state.deliver_available(now);
+        for state in self.states_mut() {
+            if state.can_deliver() {
+                state.deliver_available(now);
+            }
         }
     }
 
     fn set_available(&self, available: bool) {
+        let lanes = self.topic.iter().flat_map(|t| t.lanes.iter().map(|l| &l.shared));
+        for shared in lanes {
+            shared.available.store(available, Ordering::Release);
+        }
         let was = self.shared.available.swap(available, Ordering::AcqRel);
         if was != available {
             metrics::gauge!(m::PARTITIONS_UNAVAILABLE).increment(if available {
@@ -386,40 +556,75 @@ impl Partition {
         }
     }
 
-    /// Publishes what other tasks read without asking (deliverable counts, size).
+    /// Publishes what other tasks read without asking (deliverable counts, size). A topic's
+    /// size is what all its subscriptions hold.
     fn publish(&self) {
-        for (queue, available) in self.state.index.available.iter() {
-            self.shared.deliverable[queue].store(available.len() as u64, Ordering::SeqCst);
+        publish_state(&self.state, &self.shared);
+        if let Some(topic) = &self.topic {
+            let mut size = self.state.index.size_bytes;
+            for lane in &topic.lanes {
+                publish_state(&lane.state, &lane.shared);
+                size += lane.state.index.size_bytes;
+            }
+            self.shared.size_bytes.store(size, Ordering::Relaxed);
         }
-        self.shared.size_bytes.store(self.state.index.size_bytes, Ordering::Relaxed);
     }
 
     fn next_deadline(&self) -> Timestamp {
         if self.needs_rebuild {
             return self.cx.clock.now().saturating_add(RETRY_INTERVAL);
         }
-        self.state.next_deadline()
+        self.states().map(PartitionState::next_deadline).min().unwrap_or(Timestamp::MAX)
     }
 
-    /// Reads the bodies the cycle's effects need from the store (see `bodies.rs`).
+    /// Reads the bodies the cycle's effects need from the store (see `bodies.rs`). Every lane
+    /// reads its bodies under the partition's entity (a topic keeps one body per publish).
     async fn load_bodies(&mut self) -> Result<(), StoreError> {
-        let Some(reads) = self.state.body_reads() else { return Ok(()) };
         let (id, p) = (self.cx.entity_id, self.cx.partition);
-        let loaded = journal::read_bodies(&*self.cx.store, id, p, &reads.wanted).await?;
-        self.state.fill_bodies(reads, &loaded)
+        let store = self.cx.store.clone();
+        for state in self.states_mut() {
+            let Some(reads) = state.body_reads() else { continue };
+            let loaded = journal::read_bodies(&*store, id, p, &reads.wanted).await?;
+            state.fill_bodies(reads, &loaded)?;
+        }
+        Ok(())
     }
 
     /// Rebuilds the state from the store: at start-up and after a failed write.
     async fn rebuild(&mut self) -> Result<(), StoreError> {
-        self.state.reset();
-        let (id, p) = (self.cx.entity_id, self.cx.partition);
-        let state = &mut self.state;
-        let recovered = journal::recover(&*self.cx.store, id, p, |r| state.restore(r)).await;
+        let recovered = self.recover_all().await;
         if recovered.is_err() {
-            self.state.reset();
+            for state in self.states_mut() {
+                state.reset();
+            }
         }
         recovered?;
         self.needs_rebuild = false;
         Ok(())
     }
+
+    async fn recover_all(&mut self) -> Result<(), StoreError> {
+        let (id, p) = (self.cx.entity_id, self.cx.partition);
+        let store = self.cx.store.clone();
+        self.state.reset();
+        let state = &mut self.state;
+        journal::recover(&*store, id, p, |r| state.restore(r)).await?;
+        if let Some(topic) = &mut self.topic {
+            for lane in &mut topic.lanes {
+                lane.state.reset();
+                let state = &mut lane.state;
+                journal::recover(&*store, lane.id, p, |r| state.restore(r)).await?;
+            }
+            topic.recover(&self.state, &*store, id, p).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Publishes one lane's deliverable counts and size to its shared view.
+fn publish_state(state: &PartitionState, shared: &PartitionShared) {
+    for (queue, available) in state.index.available.iter() {
+        shared.deliverable[queue].store(available.len() as u64, Ordering::SeqCst);
+    }
+    shared.size_bytes.store(state.index.size_bytes, Ordering::Relaxed);
 }

@@ -1,6 +1,6 @@
 //! Management generic over the entity kind, through the public [`Broker`] API: entities are
-//! addressed by [`EntityPath`], queues are built, the other kinds are refused as not
-//! implemented, and a path only holds an entity of a kind that fits its shape.
+//! addressed by [`EntityPath`], subscriptions and rules live under their parents, and a path
+//! only holds an entity of a kind that fits its shape.
 
 use std::sync::Arc;
 
@@ -54,23 +54,37 @@ async fn queues_are_managed_by_path_whatever_the_casing() {
 }
 
 #[tokio::test]
-async fn topics_subscriptions_and_rules_are_not_implemented() {
+async fn subscriptions_and_rules_need_their_parents() {
     let (broker, _) = broker().await;
-    let cases = [
-        ("t", EntityDescription::Topic(TopicDescription::default())),
-        ("t/Subscriptions/s", EntityDescription::Subscription(SubscriptionDescription::default())),
-        ("t/Subscriptions/s/Rules/r", EntityDescription::Rule(RuleDescription::default())),
-    ];
-    for (p, description) in cases {
-        assert!(
-            matches!(
-                broker.create_entity(&path(p), description).await,
-                Err(BrokerError::Unimplemented(_))
-            ),
-            "{p}"
-        );
-    }
-    assert!(broker.list_entities(EntityKind::Queue, 0, 10).await.unwrap().is_empty());
+    let sub = EntityDescription::Subscription(SubscriptionDescription::default());
+    let rule = EntityDescription::Rule(RuleDescription::default());
+    assert!(matches!(
+        broker.create_entity(&path("t/Subscriptions/s"), sub.clone()).await,
+        Err(BrokerError::EntityNotFound { .. })
+    ));
+    broker.create_queue("q", QueueDescription::default()).await.unwrap();
+    assert!(matches!(
+        broker.create_entity(&path("q/Subscriptions/s"), sub.clone()).await,
+        Err(BrokerError::EntityNotFound { .. })
+    ));
+    broker
+        .create_entity(&path("t"), EntityDescription::Topic(TopicDescription::default()))
+        .await
+        .unwrap();
+    assert!(matches!(
+        broker.create_entity(&path("t/Subscriptions/s/Rules/r"), rule.clone()).await,
+        Err(BrokerError::EntityNotFound { .. })
+    ));
+    broker.create_entity(&path("t/Subscriptions/s"), sub).await.unwrap();
+    broker.create_entity(&path("t/Subscriptions/s/Rules/r"), rule).await.unwrap();
+    let names =
+        |infos: Vec<EntityInfo>| infos.iter().map(|i| i.path.name().to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        names(broker.list_children(&path("t/subscriptions/S"), 0, 10).await.unwrap()),
+        ["$Default", "r"]
+    );
+    assert_eq!(names(broker.list_children(&path("t"), 0, 10).await.unwrap()), ["s"]);
+    assert_eq!(broker.list_entities(EntityKind::Topic, 0, 10).await.unwrap().len(), 1);
 }
 
 #[tokio::test]

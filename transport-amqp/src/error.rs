@@ -102,6 +102,9 @@ impl From<&BrokerError> for WireError {
             BrokerError::MessageSizeExceeded { .. } => {
                 WireError::new("amqp:link:message-size-exceeded", 413, text)
             }
+            BrokerError::NoMatchingSubscription { .. } => {
+                WireError::new("com.microsoft:no-matching-subscription", 500, text)
+            }
             BrokerError::Unimplemented(_) => WireError::not_implemented(text),
             BrokerError::Store(e) if e.is_retriable() => WireError::new(SERVER_BUSY, 503, text),
             BrokerError::Store(_) => WireError::new("amqp:internal-error", 500, text),

@@ -73,6 +73,7 @@ impl HttpError {
             BrokerError::PartitionUnavailable { .. } | BrokerError::ShuttingDown => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
+            BrokerError::NoMatchingSubscription { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             BrokerError::Unimplemented(_) => StatusCode::NOT_IMPLEMENTED,
             BrokerError::Store(e) if e.is_retriable() => StatusCode::SERVICE_UNAVAILABLE,
             BrokerError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,

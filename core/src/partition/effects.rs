@@ -35,6 +35,9 @@ pub(crate) struct Effects {
     pub(crate) probe: bool,
     /// Messages in, out and settled this cycle.
     pub(crate) tally: Tally,
+    /// Bodies this cycle's removals let go of, when bodies are shared between lanes (a topic's
+    /// partition): the actor counts them down and deletes a body no copy uses.
+    pub(crate) released: Vec<SequenceNumber>,
 }
 
 impl Effects {
@@ -48,6 +51,7 @@ impl Effects {
             transient: Vec::new(),
             probe: false,
             tally: Tally::default(),
+            released: Vec::new(),
         }
     }
 

@@ -72,6 +72,19 @@ impl Journal {
         self.batch.delete(keys::dedup(self.entity_id, self.partition, key));
     }
 
+    /// Deletes everything a lane (a subscription) keeps in this partition, with one range
+    /// delete.
+    pub(crate) fn delete_lane(&mut self, lane: EntityId) {
+        let prefix = keys::partition_prefix(lane, self.partition);
+        let end = crate::store::prefix_end(&prefix);
+        self.batch.delete_range(prefix, end);
+    }
+
+    /// Moves what another journal holds to the end of this one.
+    pub(crate) fn append(&mut self, other: &mut Journal) {
+        self.batch.append(&mut other.batch);
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.batch.is_empty()
     }

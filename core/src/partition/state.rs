@@ -56,6 +56,11 @@ pub(crate) struct PartitionState {
     swept_to: SequenceNumber,
     pub(crate) receivers: SubQueues<Vec<Arc<ReceiverShared>>>,
     next_receiver: SubQueues<usize>,
+    /// Whether bodies belong to the partition rather than to this state: a topic partition's
+    /// lanes (the topic's scheduled messages, each subscription's copies) share one body per
+    /// publish, so a removal reports the body in `fx.released` instead of deleting it, and the
+    /// body sweep is the actor's.
+    pub(crate) shared_bodies: bool,
     /// What the cycle under way decided; the actor carries it out.
     pub(crate) fx: Effects,
 }
@@ -81,6 +86,7 @@ impl PartitionState {
             swept_to: SequenceNumber::default(),
             receivers: SubQueues::default(),
             next_receiver: SubQueues::default(),
+            shared_bodies: false,
             fx: Effects::new(journal),
         }
     }
@@ -97,6 +103,7 @@ impl PartitionState {
         self.swept_to = SequenceNumber::default();
         self.fx.journal.clear();
         self.fx.transient.clear();
+        self.fx.released.clear();
     }
 
     /// Adds one record read back from the store (see `journal::recover`).
@@ -153,6 +160,11 @@ impl PartitionState {
             Command::Deliver => {}
             Command::Drain(ack) => self.fx.drains.push(ack),
             Command::Close => return false,
+            // Lanes are the topic partition's business (see `topic.rs`); a queue has none.
+            Command::AddLane(_)
+            | Command::Configure(_)
+            | Command::RemoveLane(_)
+            | Command::Filtering(_) => {}
         }
         true
     }
@@ -263,63 +275,106 @@ impl PartitionState {
     // ---- sending ----
 
     fn enqueue(&mut self, messages: Vec<Arc<Message>>, now: Timestamp) -> Result<Vec<SendOutcome>> {
-        let desc = self.description.clone();
         let mut outcomes = Vec::with_capacity(messages.len());
         for message in messages {
-            if desc.requires_duplicate_detection {
-                if let Some(key) = DedupKey::of(&message.properties, self.partitioned) {
-                    if self.dedup.contains(&key, now) {
-                        metrics::counter!(m::DUPLICATES_DROPPED_TOTAL).increment(1);
-                        outcomes.push(SendOutcome::Duplicate);
-                        continue;
-                    }
-                    let until = self.dedup.insert(
-                        key.clone(),
-                        now,
-                        desc.duplicate_detection_history_time_window,
-                    );
-                    self.fx.journal.put_dedup(&key, until);
-                }
-            }
-            self.last_counter += 1;
-            self.counter_dirty = true;
-            let seq = SequenceNumber::new(self.partitioned, self.partition, self.last_counter);
-            let scheduled = message.properties.scheduled_enqueue_time.filter(|at| *at > now);
-            let enqueued_time = scheduled.unwrap_or(now);
-            let ttl =
-                message.properties.time_to_live.map_or(desc.default_message_time_to_live, |t| {
-                    t.min(desc.default_message_time_to_live)
-                });
-            let size = u32::try_from(message.size()).unwrap_or(u32::MAX);
-            let counted = self.cache.try_take(u64::from(size));
-            let entry = Entry {
-                enqueued_time,
-                expires_at: enqueued_time.saturating_add(ttl),
-                delivery_count: 0,
-                size,
-                state: if scheduled.is_some() {
-                    MessageState::Scheduled
-                } else {
-                    MessageState::Active
-                },
-                counted,
-                body: Some(message.clone()),
-                aux: None,
-            };
-            if counted {
-                self.cached_bytes += u64::from(size);
+            if self.admit(&message, now) {
+                outcomes.push(SendOutcome::Enqueued(self.store_new(message, now)));
             } else {
-                self.fx.transient.push((SubQueue::Main, seq));
+                outcomes.push(SendOutcome::Duplicate);
             }
-            self.fx.journal.put_body(seq, &message);
-            self.fx.journal.put_meta(SubQueue::Main, seq, &entry.meta(seq));
-            self.index.insert(SubQueue::Main, seq, entry);
-            self.fx.tally.incoming += 1;
-            outcomes.push(SendOutcome::Enqueued(seq));
         }
         // Messages already past their expiry (a TTL shorter than the clock's step) go now.
         self.process_due(now);
         Ok(outcomes)
+    }
+
+    /// Whether a duplicate-detection window lets the message in, recording it if so.
+    pub(crate) fn admit(&mut self, message: &Message, now: Timestamp) -> bool {
+        if self.is_duplicate(message, now) {
+            metrics::counter!(m::DUPLICATES_DROPPED_TOTAL).increment(1);
+            return false;
+        }
+        if self.description.requires_duplicate_detection {
+            if let Some(key) = DedupKey::of(&message.properties, self.partitioned) {
+                let window = self.description.duplicate_detection_history_time_window;
+                let until = self.dedup.insert(key.clone(), now, window);
+                self.fx.journal.put_dedup(&key, until);
+            }
+        }
+        true
+    }
+
+    /// Whether the message is a duplicate within the window (nothing is recorded).
+    pub(crate) fn is_duplicate(&self, message: &Message, now: Timestamp) -> bool {
+        self.description.requires_duplicate_detection
+            && DedupKey::of(&message.properties, self.partitioned)
+                .is_some_and(|key| self.dedup.contains(&key, now))
+    }
+
+    /// The next sequence number of this partition.
+    pub(crate) fn next_seq(&mut self) -> SequenceNumber {
+        self.last_counter += 1;
+        self.counter_dirty = true;
+        SequenceNumber::new(self.partitioned, self.partition, self.last_counter)
+    }
+
+    /// Stores a new message (body and meta) under the next sequence number.
+    fn store_new(&mut self, message: Arc<Message>, now: Timestamp) -> SequenceNumber {
+        let seq = self.next_seq();
+        let scheduled = message.properties.scheduled_enqueue_time.filter(|at| *at > now);
+        self.fx.journal.put_body(seq, &message);
+        let enqueued_time = scheduled.unwrap_or(now);
+        self.insert_copy(SubQueue::Main, seq, message, enqueued_time, scheduled.is_some(), None);
+        seq
+    }
+
+    /// Adds a message whose body is (or is being) stored under `seq` to a sub-queue: its entry
+    /// and meta record, scheduled for `enqueued_time` or active from then; `dead_letter` gives
+    /// the reason and description of a message put straight into the dead-letter queue. The
+    /// TTL is the message's, capped by the entity's default.
+    pub(crate) fn insert_copy(
+        &mut self,
+        queue: SubQueue,
+        seq: SequenceNumber,
+        message: Arc<Message>,
+        enqueued_time: Timestamp,
+        scheduled: bool,
+        dead_letter: Option<(String, String)>,
+    ) {
+        let default_ttl = self.description.default_message_time_to_live;
+        let ttl = message.properties.time_to_live.map_or(default_ttl, |t| t.min(default_ttl));
+        let size = u32::try_from(message.size()).unwrap_or(u32::MAX);
+        let counted = self.cache.try_take(u64::from(size));
+        let mut entry = Entry {
+            enqueued_time,
+            expires_at: enqueued_time.saturating_add(ttl),
+            delivery_count: 0,
+            size,
+            state: if scheduled { MessageState::Scheduled } else { MessageState::Active },
+            counted,
+            body: Some(message),
+            aux: None,
+        };
+        if let Some((reason, description)) = dead_letter {
+            let mut props = ApplicationProperties::new();
+            props.insert("DeadLetterReason".into(), PropertyValue::String(reason.clone()));
+            props.insert(
+                "DeadLetterErrorDescription".into(),
+                PropertyValue::String(description.clone()),
+            );
+            entry.merge_properties(props);
+            let aux = entry.aux_mut();
+            aux.dead_letter_reason = Some(reason);
+            aux.dead_letter_error_description = Some(description);
+        }
+        if counted {
+            self.cached_bytes += u64::from(size);
+        } else {
+            self.fx.transient.push((queue, seq));
+        }
+        self.fx.journal.put_meta(queue, seq, &entry.meta(seq));
+        self.index.insert(queue, seq, entry);
+        self.fx.tally.incoming += 1;
     }
 
     fn cancel(&mut self, sequence_numbers: &[SequenceNumber]) {
@@ -540,7 +595,7 @@ impl PartitionState {
     // ---- state bookkeeping ----
 
     /// Takes a message out of a sub-queue's index and deletes its meta record; its body stays.
-    fn take(&mut self, queue: SubQueue, seq: SequenceNumber) -> Option<Entry> {
+    pub(crate) fn take(&mut self, queue: SubQueue, seq: SequenceNumber) -> Option<Entry> {
         self.unlock(queue, seq);
         let entry = self.index.remove(queue, seq)?;
         self.fx.journal.delete_meta(queue, seq);
@@ -550,10 +605,12 @@ impl PartitionState {
     /// Deletes a message: its meta record, its body, and its share of the body cache. A body
     /// below every message left is not deleted here but by the next sweep (`sweep_bodies`),
     /// with the others below it in one range delete; a body above one is deleted now.
-    fn remove(&mut self, queue: SubQueue, seq: SequenceNumber) {
+    pub(crate) fn remove(&mut self, queue: SubQueue, seq: SequenceNumber) {
         let Some(mut entry) = self.take(queue, seq) else { return };
         self.uncache(&mut entry);
-        if seq > self.lowest_live() {
+        if self.shared_bodies {
+            self.fx.released.push(seq);
+        } else if seq > self.lowest_live() {
             self.fx.journal.delete_body(seq);
         }
     }
@@ -570,7 +627,7 @@ impl PartitionState {
     /// they span [`BODY_SWEEP`] sequence numbers — in a cycle that writes anyway, so that a
     /// cycle that only reads stays without a write.
     fn sweep_bodies(&mut self) {
-        if self.fx.journal.is_empty() {
+        if self.shared_bodies || self.fx.journal.is_empty() {
             return;
         }
         let lowest = self.lowest_live();

@@ -1,0 +1,300 @@
+//! [`TopicPart`]: what a topic's partition holds beyond a queue's — one lane per subscription,
+//! and the bodies they share.
+//!
+//! Partitions mirror: partition *i* of a topic holds partition *i* of every subscription, so a
+//! publish is one partition's cycle and one store write, whatever the number of subscriptions.
+//! The topic's own lane (the partition's [`PartitionState`]) keeps the sequence counter, the
+//! duplicate-detection window and scheduled messages; each subscription's lane is a
+//! `PartitionState` of its own (index, locks, receivers) whose records live under the
+//! subscription's entity id.
+//!
+//! **Architecture Invariant:** a published message's body is stored once, under the topic, at
+//! the sequence number of the publish; every plain copy (one per subscription that takes it)
+//! is a meta record under that same number in its subscription's lane. A copy changed by a
+//! rule action is a new message with its own number and body. `refs` counts the copies (and
+//! the scheduled entry) that use each body: a body is deleted when its count reaches zero, and
+//! counts are rebuilt from the lanes' records on recovery.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::journal::read_bodies;
+use super::state::PartitionState;
+use super::{Lane, LaneConfig, LaneId, PartitionContext, PartitionShared, SendOutcome};
+use crate::error::{BrokerError, Result};
+use crate::keys::EntityId;
+use crate::message::{Message, MessageState};
+use crate::metrics as m;
+use crate::rules::{Published, Route};
+use crate::store::{Store, StoreError};
+use crate::types::{PartitionId, SequenceNumber, SubQueue, Timestamp};
+
+/// A subscription's lane in a topic partition.
+#[derive(Debug)]
+pub(crate) struct SubLane {
+    pub(crate) id: LaneId,
+    pub(crate) shared: Arc<PartitionShared>,
+    pub(crate) config: Arc<LaneConfig>,
+    pub(crate) state: PartitionState,
+}
+
+#[derive(Debug)]
+pub(crate) struct TopicPart {
+    /// Sorted by id.
+    pub(crate) lanes: Vec<SubLane>,
+    /// Copies (and scheduled entries) using each body.
+    refs: HashMap<SequenceNumber, u32>,
+    /// Bodies of the topic's scheduled messages, kept in memory: their filters are evaluated
+    /// when they come due.
+    pinned: HashMap<SequenceNumber, Arc<Message>>,
+    /// FilteringMessagesBeforePublishing: refuse a message no subscription takes.
+    pub(crate) filtering: bool,
+    /// The topic's name, for errors.
+    name: String,
+}
+
+impl TopicPart {
+    pub(crate) fn new(name: String, filtering: bool) -> Self {
+        TopicPart {
+            lanes: Vec::new(),
+            refs: HashMap::new(),
+            pinned: HashMap::new(),
+            filtering,
+            name,
+        }
+    }
+
+    pub(crate) fn add_lane(&mut self, cx: &PartitionContext, lane: Lane) {
+        let journal = super::journal::Journal::new(lane.id, cx.partition);
+        let mut state = PartitionState::new(
+            journal,
+            cx.partition,
+            lane.config.description.clone(),
+            cx.cache.clone(),
+        );
+        state.shared_bodies = true;
+        let sub = SubLane { id: lane.id, shared: lane.shared, config: lane.config, state };
+        match self.lanes.binary_search_by_key(&lane.id, |l| l.id) {
+            Ok(i) => self.lanes[i] = sub,
+            Err(i) => self.lanes.insert(i, sub),
+        }
+    }
+
+    pub(crate) fn lane_mut(&mut self, id: LaneId) -> Option<&mut PartitionState> {
+        let i = self.lanes.binary_search_by_key(&id, |l| l.id).ok()?;
+        Some(&mut self.lanes[i].state)
+    }
+
+    pub(crate) fn configure(&mut self, id: LaneId, config: Arc<LaneConfig>) {
+        if let Ok(i) = self.lanes.binary_search_by_key(&id, |l| l.id) {
+            let lane = &mut self.lanes[i];
+            lane.state.description = config.description.clone();
+            lane.config = config;
+        }
+    }
+
+    /// Deletes a subscription's lane: its records (one range delete in this cycle's write, with
+    /// what the lane journalled before), its receivers, and its uses of bodies.
+    pub(crate) fn remove_lane(&mut self, id: LaneId, topic: &mut PartitionState) {
+        let Ok(i) = self.lanes.binary_search_by_key(&id, |l| l.id) else { return };
+        let mut lane = self.lanes.remove(i);
+        topic.fx.journal.append(&mut lane.state.fx.journal);
+        topic.fx.journal.delete_lane(id);
+        for (_, messages) in lane.state.index.messages.iter() {
+            topic.fx.released.extend(messages.keys().copied());
+        }
+        lane.state.close_receivers();
+        lane.state.release_cache();
+        // Its cycle's answers fail as if the subscription had gone first.
+        lane.state.fx.complete(&Err(BrokerError::EntityNotFound { entity: "subscription".into() }));
+    }
+
+    /// Publishes messages sent to the topic: scheduled ones wait in the topic's lane; the
+    /// others are handed to every subscription whose rules take them, all in this cycle.
+    pub(crate) fn publish(
+        &mut self,
+        topic: &mut PartitionState,
+        messages: Vec<Arc<Message>>,
+        now: Timestamp,
+    ) -> Result<Vec<SendOutcome>> {
+        // Routes first, without changing anything: a refused batch leaves no trace.
+        let mut routes: Vec<Option<Vec<Route>>> = Vec::with_capacity(messages.len());
+        for message in &messages {
+            let scheduled = message.properties.scheduled_enqueue_time.is_some_and(|at| at > now);
+            if scheduled || topic.is_duplicate(message, now) {
+                routes.push(None);
+                continue;
+            }
+            let published = Published { enqueued_time: now, sequence_number: SequenceNumber(0) };
+            let route = self.route(message, published);
+            if self.filtering && !route.iter().any(Route::takes_any) {
+                return Err(BrokerError::NoMatchingSubscription { entity: self.name.clone() });
+            }
+            routes.push(Some(route));
+        }
+        let mut outcomes = Vec::with_capacity(messages.len());
+        for (message, route) in messages.into_iter().zip(routes) {
+            if !topic.admit(&message, now) {
+                outcomes.push(SendOutcome::Duplicate);
+                continue;
+            }
+            let seq = topic.next_seq();
+            match route {
+                None => {
+                    // Scheduled: the topic holds it until it comes due.
+                    let at = message.properties.scheduled_enqueue_time.unwrap_or(now);
+                    topic.fx.journal.put_body(seq, &message);
+                    topic.insert_copy(SubQueue::Main, seq, message.clone(), at, true, None);
+                    self.pinned.insert(seq, message);
+                    self.refs.insert(seq, 1);
+                }
+                Some(route) => self.fan_out(topic, seq, &message, route, now),
+            }
+            outcomes.push(SendOutcome::Enqueued(seq));
+        }
+        Ok(outcomes)
+    }
+
+    /// Each subscription's route for a message, in lane order.
+    fn route(&self, message: &Message, published: Published) -> Vec<Route> {
+        self.lanes
+            .iter()
+            .map(|lane| {
+                if lane.config.takes_messages {
+                    lane.config.rules.route(message, published)
+                } else {
+                    Route::default()
+                }
+            })
+            .collect()
+    }
+
+    /// Stores the copies of a message published under `seq`: one plain copy (or a
+    /// dead-letter copy) per subscription sharing the body stored here, and one message of
+    /// its own per action copy.
+    fn fan_out(
+        &mut self,
+        topic: &mut PartitionState,
+        seq: SequenceNumber,
+        message: &Arc<Message>,
+        routes: Vec<Route>,
+        enqueued_time: Timestamp,
+    ) {
+        let mut uses = 0u32;
+        for (lane, route) in self.lanes.iter_mut().zip(routes) {
+            if let Some(failure) = route.failure {
+                if lane.config.dead_letter_filter_errors {
+                    metrics::counter!(m::DEAD_LETTERED_TOTAL, "reason" => "filter").increment(1);
+                    lane.state.insert_copy(
+                        SubQueue::DeadLetter,
+                        seq,
+                        message.clone(),
+                        enqueued_time,
+                        false,
+                        Some(failure),
+                    );
+                    uses += 1;
+                }
+                continue;
+            }
+            if route.plain {
+                lane.state.insert_copy(
+                    SubQueue::Main,
+                    seq,
+                    message.clone(),
+                    enqueued_time,
+                    false,
+                    None,
+                );
+                uses += 1;
+            }
+            for copy in route.actions {
+                let copy_seq = topic.next_seq();
+                let copy = Arc::new(copy);
+                topic.fx.journal.put_body(copy_seq, &copy);
+                lane.state.insert_copy(SubQueue::Main, copy_seq, copy, enqueued_time, false, None);
+                self.refs.insert(copy_seq, 1);
+            }
+        }
+        if uses > 0 {
+            topic.fx.journal.put_body(seq, message);
+            *self.refs.entry(seq).or_default() += uses;
+        } else if !self.refs.contains_key(&seq) {
+            metrics::counter!(m::MESSAGES_UNMATCHED_TOTAL).increment(1);
+        }
+    }
+
+    /// Publishes the topic's scheduled messages that came due (made active in the topic's
+    /// lane by `process_due`).
+    pub(crate) fn publish_due(&mut self, topic: &mut PartitionState) {
+        let due: Vec<SequenceNumber> =
+            topic.index.available[SubQueue::Main].iter().copied().collect();
+        for seq in due {
+            let Some(entry) = topic.take(SubQueue::Main, seq) else { continue };
+            let mut entry = entry;
+            topic.uncache(&mut entry);
+            debug_assert_eq!(entry.state, MessageState::Active);
+            let Some(message) = self.pinned.remove(&seq) else {
+                tracing::warn!(%seq, "a scheduled topic message has no body in memory; dropped");
+                topic.fx.released.push(seq);
+                continue;
+            };
+            let published = Published { enqueued_time: entry.enqueued_time, sequence_number: seq };
+            let routes = self.route(&message, published);
+            // The scheduled entry's use of the body ends; the copies' begin.
+            topic.fx.released.push(seq);
+            self.fan_out(topic, seq, &message, routes, entry.enqueued_time);
+        }
+    }
+
+    /// Counts down the bodies this cycle's removals let go of, in every lane, and deletes
+    /// those no copy uses any more.
+    pub(crate) fn release_bodies(&mut self, topic: &mut PartitionState) {
+        let mut released = std::mem::take(&mut topic.fx.released);
+        for lane in &mut self.lanes {
+            released.append(&mut lane.state.fx.released);
+        }
+        for seq in released {
+            let Some(count) = self.refs.get_mut(&seq) else { continue };
+            *count -= 1;
+            if *count == 0 {
+                self.refs.remove(&seq);
+                self.pinned.remove(&seq);
+                topic.fx.journal.delete_body(seq);
+            }
+        }
+    }
+
+    /// Rebuilds the body counts from the recovered lanes, and reads the scheduled messages'
+    /// bodies back into memory.
+    pub(crate) async fn recover(
+        &mut self,
+        topic: &PartitionState,
+        store: &dyn Store,
+        topic_id: EntityId,
+        partition: PartitionId,
+    ) -> Result<(), StoreError> {
+        self.refs.clear();
+        self.pinned.clear();
+        let lanes = std::iter::once(topic).chain(self.lanes.iter().map(|l| &l.state));
+        for state in lanes {
+            for (_, messages) in state.index.messages.iter() {
+                for &seq in messages.keys() {
+                    *self.refs.entry(seq).or_default() += 1;
+                }
+            }
+        }
+        let scheduled: Vec<SequenceNumber> =
+            topic.index.messages[SubQueue::Main].keys().copied().collect();
+        if !scheduled.is_empty() {
+            let loaded = read_bodies(store, topic_id, partition, &scheduled).await?;
+            for seq in scheduled {
+                let body = loaded.get(&seq).ok_or_else(|| {
+                    StoreError::corrupted(format!("the body of scheduled message {seq} is missing"))
+                })?;
+                self.pinned.insert(seq, body.clone());
+            }
+        }
+        Ok(())
+    }
+}

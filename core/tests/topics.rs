@@ -1,0 +1,350 @@
+//! Topics through the public [`Broker`] API on a virtual clock: fan-out to subscriptions,
+//! rules, scheduled publishing, duplicate detection at the topic, partitioned topics, restarts,
+//! and that a publish is one atomic write.
+
+#![cfg(feature = "testing")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ironbus_core::testing::FaultyStore;
+use ironbus_core::*;
+use ironbus_store_memory::MemoryStore;
+
+fn path(p: &str) -> EntityPath {
+    EntityPath::parse(p).unwrap()
+}
+
+struct Fixture {
+    broker: Broker,
+    store: Arc<FaultyStore>,
+    clock: Arc<ManualClock>,
+}
+
+async fn fixture() -> Fixture {
+    let store = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new())));
+    let clock = Arc::new(ManualClock::default());
+    let broker =
+        Broker::open(store.clone(), clock.clone(), NamespaceLimits::default()).await.unwrap();
+    Fixture { broker, store, clock }
+}
+
+impl Fixture {
+    async fn topic(&self, name: &str, description: TopicDescription) {
+        self.broker
+            .create_entity(&path(name), EntityDescription::Topic(description))
+            .await
+            .unwrap();
+    }
+
+    async fn subscription(&self, name: &str) {
+        self.broker
+            .create_entity(
+                &path(name),
+                EntityDescription::Subscription(SubscriptionDescription::default()),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Every message the subscription (or its dead-letter queue) holds, peeked.
+    async fn peek_all(&self, address: &str) -> Vec<ReceivedMessage> {
+        let mut all = Vec::new();
+        let mut from = SequenceNumber(0);
+        loop {
+            let page = self.broker.peek(address, from, 100).await.unwrap();
+            let Some(last) = page.last() else { return all };
+            from = SequenceNumber(last.sequence_number().0 + 1);
+            all.extend(page);
+        }
+    }
+
+    async fn count(&self, address: &str) -> usize {
+        self.peek_all(address).await.len()
+    }
+}
+
+#[tokio::test]
+async fn every_subscription_gets_a_copy_that_it_settles_on_its_own() {
+    let f = fixture().await;
+    f.topic("t", TopicDescription::default()).await;
+    f.subscription("t/Subscriptions/a").await;
+    f.subscription("t/Subscriptions/b").await;
+    let sent = f.broker.send("t", vec![Message::new("hello").with_message_id("m1")]).await.unwrap();
+    let SendOutcome::Enqueued(seq) = sent[0] else { panic!("{sent:?}") };
+
+    for sub in ["t/Subscriptions/a", "t/Subscriptions/b"] {
+        let peeked = f.peek_all(sub).await;
+        assert_eq!(peeked.len(), 1, "{sub}");
+        assert_eq!(peeked[0].sequence_number(), seq);
+        assert_eq!(peeked[0].message.body.as_ref(), b"hello");
+    }
+    // A topic holds nothing receivable, and cannot be received from.
+    assert!(matches!(
+        f.broker.open_receiver("t", ReceiveMode::PeekLock).await,
+        Err(BrokerError::InvalidOperation(_))
+    ));
+
+    let receiver =
+        f.broker.open_receiver("t/Subscriptions/a", ReceiveMode::PeekLock).await.unwrap();
+    receiver.add_credit(1);
+    let got = receiver.recv().await.unwrap();
+    f.broker.complete("t/Subscriptions/a", got.lock_token().unwrap()).await.unwrap();
+    assert_eq!(f.count("t/Subscriptions/a").await, 0);
+    assert_eq!(f.count("t/Subscriptions/b").await, 1, "b's copy is untouched");
+
+    // b's copy still reads its body after a's is gone (the body is shared, counted).
+    let receiver =
+        f.broker.open_receiver("t/Subscriptions/b", ReceiveMode::ReceiveAndDelete).await.unwrap();
+    receiver.add_credit(1);
+    assert_eq!(receiver.recv().await.unwrap().message.body.as_ref(), b"hello");
+    assert_eq!(f.count("t/Subscriptions/b").await, 0);
+}
+
+#[tokio::test]
+async fn a_topic_without_subscriptions_discards_unless_it_filters_before_publishing() {
+    let f = fixture().await;
+    f.topic("open", TopicDescription::default()).await;
+    f.broker.send("open", vec![Message::new("x")]).await.unwrap();
+    f.topic(
+        "strict",
+        TopicDescription { filtering_messages_before_publishing: true, ..Default::default() },
+    )
+    .await;
+    assert!(matches!(
+        f.broker.send("strict", vec![Message::new("x")]).await,
+        Err(BrokerError::NoMatchingSubscription { .. })
+    ));
+    f.subscription("strict/Subscriptions/s").await;
+    f.broker.send("strict", vec![Message::new("x")]).await.unwrap();
+    assert_eq!(f.count("strict/Subscriptions/s").await, 1);
+}
+
+#[tokio::test]
+async fn a_subscription_without_rules_takes_nothing_and_rules_apply_from_their_creation() {
+    let f = fixture().await;
+    f.topic("t", TopicDescription::default()).await;
+    f.subscription("t/Subscriptions/s").await;
+    f.broker.delete_entity(&path("t/Subscriptions/s/Rules/$Default")).await.unwrap();
+    f.broker.send("t", vec![Message::new("before")]).await.unwrap();
+    assert_eq!(f.count("t/Subscriptions/s").await, 0);
+    f.broker
+        .create_entity(
+            &path("t/Subscriptions/s/Rules/all"),
+            EntityDescription::Rule(RuleDescription::default()),
+        )
+        .await
+        .unwrap();
+    f.broker.send("t", vec![Message::new("after")]).await.unwrap();
+    let peeked = f.peek_all("t/Subscriptions/s").await;
+    assert_eq!(peeked.len(), 1);
+    assert_eq!(peeked[0].message.body.as_ref(), b"after");
+    // A False filter takes nothing; two matching rules without action still make one copy.
+    f.broker
+        .create_entity(
+            &path("t/Subscriptions/s/Rules/none"),
+            EntityDescription::Rule(RuleDescription { filter: RuleFilter::False, action: None }),
+        )
+        .await
+        .unwrap();
+    f.broker
+        .create_entity(
+            &path("t/Subscriptions/s/Rules/again"),
+            EntityDescription::Rule(RuleDescription::default()),
+        )
+        .await
+        .unwrap();
+    f.broker.send("t", vec![Message::new("third")]).await.unwrap();
+    assert_eq!(f.count("t/Subscriptions/s").await, 2);
+}
+
+#[tokio::test]
+async fn duplicates_are_detected_at_the_topic_for_every_subscription() {
+    let f = fixture().await;
+    f.topic("t", TopicDescription { requires_duplicate_detection: true, ..Default::default() })
+        .await;
+    f.subscription("t/Subscriptions/a").await;
+    f.subscription("t/Subscriptions/b").await;
+    let first = f.broker.send("t", vec![Message::new("1").with_message_id("same")]).await.unwrap();
+    let again = f.broker.send("t", vec![Message::new("2").with_message_id("same")]).await.unwrap();
+    assert!(matches!(first[0], SendOutcome::Enqueued(_)));
+    assert_eq!(again, [SendOutcome::Duplicate]);
+    assert_eq!(f.count("t/Subscriptions/a").await, 1);
+    assert_eq!(f.count("t/Subscriptions/b").await, 1);
+}
+
+#[tokio::test]
+async fn scheduled_messages_fan_out_when_due_and_cancel_at_the_topic() {
+    let f = fixture().await;
+    f.topic("t", TopicDescription::default()).await;
+    f.subscription("t/Subscriptions/a").await;
+    f.subscription("t/Subscriptions/b").await;
+    let at = f.clock.now().saturating_add(Duration::from_secs(60));
+    let kept = f
+        .broker
+        .schedule("t", vec![Message::new("kept").with_scheduled_enqueue_time(at)])
+        .await
+        .unwrap();
+    let dropped = f
+        .broker
+        .schedule("t", vec![Message::new("dropped").with_scheduled_enqueue_time(at)])
+        .await
+        .unwrap();
+    let SendOutcome::Enqueued(dropped) = dropped[0] else { panic!() };
+    let SendOutcome::Enqueued(kept) = kept[0] else { panic!() };
+    assert_eq!(f.broker.get_topic_runtime(&path("t")).await.unwrap().scheduled_message_count, 2);
+    assert_eq!(f.count("t/Subscriptions/a").await, 0);
+    f.broker.cancel_scheduled("t", &[dropped]).await.unwrap();
+
+    f.clock.advance(Duration::from_secs(61));
+    // Any request makes the partition run its cycle; the due message fans out first.
+    let mut peeked = Vec::new();
+    for _ in 0..100 {
+        peeked = f.peek_all("t/Subscriptions/a").await;
+        if !peeked.is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(peeked.len(), 1);
+    assert_eq!(peeked[0].sequence_number(), kept);
+    assert_eq!(peeked[0].message.body.as_ref(), b"kept");
+    assert_eq!(f.count("t/Subscriptions/b").await, 1);
+    assert_eq!(f.broker.get_topic_runtime(&path("t")).await.unwrap().scheduled_message_count, 0);
+}
+
+#[tokio::test]
+async fn copies_and_scheduled_messages_survive_a_restart() {
+    let f = fixture().await;
+    f.topic("t", TopicDescription::default()).await;
+    f.subscription("t/Subscriptions/a").await;
+    f.subscription("t/Subscriptions/b").await;
+    f.broker.send("t", vec![Message::new("now")]).await.unwrap();
+    let at = f.clock.now().saturating_add(Duration::from_secs(60));
+    f.broker
+        .schedule("t", vec![Message::new("later").with_scheduled_enqueue_time(at)])
+        .await
+        .unwrap();
+    // a settles its copy: the body stays for b.
+    let receiver =
+        f.broker.open_receiver("t/Subscriptions/a", ReceiveMode::ReceiveAndDelete).await.unwrap();
+    receiver.add_credit(1);
+    receiver.recv().await.unwrap();
+    drop(receiver);
+    f.broker.shutdown();
+
+    let reopened =
+        Broker::open(f.store.clone(), f.clock.clone(), NamespaceLimits::default()).await.unwrap();
+    let f = Fixture { broker: reopened, store: f.store, clock: f.clock };
+    let names: Vec<String> = f
+        .broker
+        .list_children(&path("t"), 0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| i.path.name().to_owned())
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    assert_eq!(f.count("t/Subscriptions/a").await, 0);
+    let b = f.peek_all("t/Subscriptions/b").await;
+    assert_eq!(b.len(), 1);
+    assert_eq!(b[0].message.body.as_ref(), b"now");
+    f.clock.advance(Duration::from_secs(61));
+    let mut a = Vec::new();
+    for _ in 0..100 {
+        a = f.peek_all("t/Subscriptions/a").await;
+        if !a.is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].message.body.as_ref(), b"later");
+    // Rules came back too: a new message still reaches both.
+    f.broker.send("t", vec![Message::new("again")]).await.unwrap();
+    assert_eq!(f.count("t/Subscriptions/b").await, 3);
+}
+
+#[tokio::test]
+async fn a_failed_write_leaves_no_subscription_with_part_of_a_publish() {
+    let f = fixture().await;
+    f.topic("t", TopicDescription::default()).await;
+    f.subscription("t/Subscriptions/a").await;
+    f.subscription("t/Subscriptions/b").await;
+    let writes = f.store.writes();
+    f.store.fail_next_writes(1);
+    assert!(f.broker.send("t", vec![Message::new("x")]).await.is_err());
+    // The partition rebuilds from the store: neither subscription has the message.
+    let mut counts = None;
+    for _ in 0..100 {
+        match (
+            f.broker.peek("t/Subscriptions/a", SequenceNumber(0), 10).await,
+            f.broker.peek("t/Subscriptions/b", SequenceNumber(0), 10).await,
+        ) {
+            (Ok(a), Ok(b)) => {
+                counts = Some((a.len(), b.len()));
+                break;
+            }
+            _ => tokio::task::yield_now().await,
+        }
+    }
+    assert_eq!(counts, Some((0, 0)));
+    let sent = f.broker.send("t", vec![Message::new("y")]).await.unwrap();
+    assert!(matches!(sent[0], SendOutcome::Enqueued(_)));
+    assert_eq!(f.count("t/Subscriptions/a").await, 1);
+    assert_eq!(f.count("t/Subscriptions/b").await, 1);
+    assert!(f.store.writes() > writes);
+}
+
+#[tokio::test]
+async fn partitioned_topics_keep_the_partition_in_every_copys_sequence_number() {
+    let f = fixture().await;
+    f.topic(
+        "t",
+        TopicDescription { enable_partitioning: true, partition_count: 4, ..Default::default() },
+    )
+    .await;
+    f.subscription("t/Subscriptions/a").await;
+    f.subscription("t/Subscriptions/b").await;
+    let mut sent = Vec::new();
+    for key in ["k1", "k2", "k3", "k4", "k5", "k6"] {
+        let outcome =
+            f.broker.send("t", vec![Message::new(key).with_partition_key(key)]).await.unwrap();
+        let SendOutcome::Enqueued(seq) = outcome[0] else { panic!() };
+        sent.push((key, seq));
+    }
+    for sub in ["t/Subscriptions/a", "t/Subscriptions/b"] {
+        let peeked = f.peek_all(sub).await;
+        assert_eq!(peeked.len(), 6, "{sub}");
+        for m in peeked {
+            let key = std::str::from_utf8(&m.message.body).unwrap();
+            let (_, seq) = sent.iter().find(|(k, _)| *k == key).unwrap();
+            assert_eq!(m.sequence_number(), *seq);
+            assert_eq!(m.broker.partition_id, seq.partition(true));
+        }
+    }
+}
+
+#[tokio::test]
+async fn deleting_a_subscription_or_topic_removes_what_is_under_it() {
+    let f = fixture().await;
+    f.topic("t", TopicDescription::default()).await;
+    f.subscription("t/Subscriptions/a").await;
+    f.subscription("t/Subscriptions/b").await;
+    f.broker.send("t", vec![Message::new("x")]).await.unwrap();
+    f.broker.delete_entity(&path("t/Subscriptions/a")).await.unwrap();
+    assert!(matches!(
+        f.broker.get_entity(&path("t/Subscriptions/a/Rules/$Default")).await,
+        Err(BrokerError::EntityNotFound { .. })
+    ));
+    assert_eq!(f.count("t/Subscriptions/b").await, 1);
+    f.subscription("t/Subscriptions/a").await;
+    assert_eq!(f.count("t/Subscriptions/a").await, 0, "a new subscription starts empty");
+    f.broker.delete_entity(&path("t")).await.unwrap();
+    for p in ["t", "t/Subscriptions/a", "t/Subscriptions/b/Rules/$Default"] {
+        assert!(
+            matches!(f.broker.get_entity(&path(p)).await, Err(BrokerError::EntityNotFound { .. })),
+            "{p}"
+        );
+    }
+}
