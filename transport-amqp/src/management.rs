@@ -112,8 +112,11 @@ impl Operation {
             | Operation::RenewSessionLock
             | Operation::GetSessionState
             | Operation::SetSessionState
-            | Operation::GetMessageSessions => Right::Listen,
-            Operation::AddRule | Operation::RemoveRule | Operation::EnumerateRules => Right::Manage,
+            | Operation::GetMessageSessions
+            // A ServiceBusRuleManager needs only Listen on the subscription (A.4).
+            | Operation::AddRule
+            | Operation::RemoveRule
+            | Operation::EnumerateRules => Right::Listen,
         }
     }
 
@@ -142,7 +145,7 @@ impl Operation {
             | Operation::SetSessionState
             | Operation::GetMessageSessions => sessions::execute(),
             Operation::AddRule | Operation::RemoveRule | Operation::EnumerateRules => {
-                rules::execute()
+                rules::execute(self, broker, address, request).await
             }
         }
     }
@@ -185,7 +188,8 @@ mod tests {
         assert_eq!(right("com.microsoft:receive-by-sequence-number"), Some(Right::Listen));
         assert_eq!(right("com.microsoft:update-disposition"), Some(Right::Listen));
         assert_eq!(right("com.microsoft:get-session-state"), Some(Right::Listen));
-        assert_eq!(right("com.microsoft:add-rule"), Some(Right::Manage));
-        assert_eq!(right("com.microsoft:enumerate-rules"), Some(Right::Manage));
+        assert_eq!(right("com.microsoft:add-rule"), Some(Right::Listen));
+        assert_eq!(right("com.microsoft:remove-rule"), Some(Right::Listen));
+        assert_eq!(right("com.microsoft:enumerate-rules"), Some(Right::Listen));
     }
 }

@@ -38,13 +38,10 @@ pub(super) fn resolve(path: &str) -> Result<Node, WireError> {
             WireError::bad_request(e.to_string())
         }
     })?;
-    match address.entity_address().entity.shape() {
-        PathShape::QueueOrTopic => {}
-        PathShape::Subscription | PathShape::Rule => {
-            return Err(WireError::not_implemented(format!(
-                "{path}: topics and subscriptions are not implemented by ironbus yet"
-            )))
-        }
+    // Queues, topics and subscriptions (and their sub-queues and management nodes) are
+    // nodes; a rule is not.
+    if address.entity_address().entity.shape() == PathShape::Rule {
+        return Err(WireError::not_found(path));
     }
     Ok(match address {
         Address::Entity(entity) => Node::Entity(entity),
@@ -86,8 +83,19 @@ mod tests {
             Node::Entity(EntityAddress::parse("q/$DeadLetterQueue"))
         );
         let refused = |path: &str| resolve(path).unwrap_err().condition;
-        assert_eq!(refused("t/Subscriptions/s"), "amqp:not-implemented");
-        assert_eq!(refused("t/Subscriptions/s/$management"), "amqp:not-implemented");
+        assert_eq!(
+            resolve("t/subscriptions/S").unwrap(),
+            Node::Entity(EntityAddress::parse("t/Subscriptions/S"))
+        );
+        assert_eq!(
+            resolve("t/Subscriptions/s/$DeadLetterQueue").unwrap(),
+            Node::Entity(EntityAddress::parse("t/Subscriptions/s/$DeadLetterQueue"))
+        );
+        assert_eq!(
+            resolve("t/Subscriptions/s/$management").unwrap(),
+            Node::Management(EntityAddress::parse("t/Subscriptions/s"))
+        );
+        assert_eq!(refused("t/Subscriptions/s/Rules/r"), "amqp:not-found");
         assert_eq!(refused("q/$Transfer/$DeadLetterQueue"), "amqp:not-implemented");
         assert_eq!(refused("sb://host/"), "com.microsoft:argument-error");
     }

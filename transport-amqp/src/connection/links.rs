@@ -9,7 +9,7 @@ use fe2o3_amqp_types::definitions::{Role, SenderSettleMode};
 use fe2o3_amqp_types::messaging::TargetArchetype;
 use fe2o3_amqp_types::performatives::{Attach, Detach, Flow, Performative};
 use ironbus_core::auth::Right;
-use ironbus_core::{EntityAddress, ReceiveMode, Receiver};
+use ironbus_core::{EntityAddress, EntityDescription, PathShape, ReceiveMode, Receiver};
 
 use crate::error::WireError;
 use crate::frame::{self};
@@ -103,8 +103,22 @@ impl Connection {
                     (Node::Entity(_), false) => Some(Right::Listen),
                     _ => None,
                 };
-                if let Err(e) = self.cx.broker.get_queue(&entity.entity).await {
+                if let Err(e) = self.cx.broker.get_entity(&entity.entity).await {
                     return self.refuse(channel, attach, WireError::from(e));
+                }
+                if matches!(node, Node::Entity(_))
+                    && client_sends
+                    && entity.entity.shape() == PathShape::Subscription
+                {
+                    return self.refuse(
+                        channel,
+                        attach,
+                        WireError::new(
+                            "amqp:not-allowed",
+                            400,
+                            format!("{path} is a subscription: send to its topic"),
+                        ),
+                    );
                 }
                 if !self.grants.allows(&path, right, now) {
                     return self.refuse(
@@ -137,13 +151,17 @@ impl Connection {
         let link = if client_sends {
             reply.initial_delivery_count = None;
             let max_message_size = match &node {
-                Node::Entity(e) => self
-                    .cx
-                    .broker
-                    .get_queue(&e.entity)
-                    .await
-                    .ok()
-                    .map(|q| q.description.max_message_size() as u64),
+                Node::Entity(e) => {
+                    self.cx.broker.get_entity(&e.entity).await.ok().and_then(|info| {
+                        match info.description {
+                            EntityDescription::Queue(q) => Some(q.max_message_size() as u64),
+                            EntityDescription::Topic(t) => {
+                                Some(t.max_message_size_in_kilobytes.saturating_mul(1024))
+                            }
+                            _ => None,
+                        }
+                    })
+                }
                 _ => None,
             };
             reply.max_message_size = max_message_size.or(Some(u64::from(MAX_FRAME_SIZE)));
