@@ -447,6 +447,11 @@ impl Partition {
                     topic.filtering = on;
                     true
                 }
+                // A new subscription's lane is added through the topic's own handle.
+                (Some(topic), Command::AddLane(spec)) => {
+                    topic.add_lane(&self.cx, *spec);
+                    true
+                }
                 (_, command) => self.state.apply(command, now),
             }
         } else if let Some(topic) = &mut self.topic {
@@ -481,6 +486,10 @@ impl Partition {
             let _ = reply.send(Err(error.clone()));
         }
         let state = if lane == self.cx.entity_id {
+            if let (Some(topic), Command::AddLane(spec)) = (&mut self.topic, &command) {
+                topic.add_lane(&self.cx, (**spec).clone());
+                return true;
+            }
             &mut self.state
         } else {
             let Some(topic) = &mut self.topic else { return true };
