@@ -9,8 +9,13 @@
 //! DTDs, so no entity expansion); read-only and unknown elements are ignored.
 
 pub mod queue;
+pub mod rule;
+pub mod subscription;
+pub mod topic;
 
-use ironbus_core::{QueueDescription, Timestamp};
+use ironbus_core::{
+    QueueDescription, RuleDescription, SubscriptionDescription, Timestamp, TopicDescription,
+};
 
 use crate::error::HttpError;
 use crate::timefmt::iso8601;
@@ -50,8 +55,9 @@ pub fn escape(text: &str) -> String {
 /// Percent-encodes each segment of an entity path for a URL (keeping the `/` separators).
 pub fn url_path(name: &str) -> String {
     use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+    // `$` stays as is (`/Rules/$Default`), as the service and JS spell it.
     const SEGMENT: &AsciiSet =
-        &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+        &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~').remove(b'$');
     name.split('/')
         .map(|s| utf8_percent_encode(s, SEGMENT).to_string())
         .collect::<Vec<_>>()
@@ -67,17 +73,20 @@ pub(crate) fn bool_text(b: bool) -> &'static str {
 }
 
 /// An `<entry>` around one description: the Atom envelope every kind shares. `base` is
-/// `scheme://host[:port]` as the client addressed us; `description` is the kind's
-/// `<…Description>` element.
+/// `scheme://host[:port]` as the client addressed us; `path` the entity's whole path (with
+/// `Subscriptions` / `Rules` capitalised: JS reads names from the `<id>`); `title` its own name
+/// (what Python and .NET read); `description` the kind's `<…Description>` element.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn entry_element(
     base: &str,
-    name: &str,
+    path: &str,
+    title: &str,
     created: Timestamp,
     updated: Timestamp,
     description: &str,
     declare_ns: bool,
 ) -> String {
-    let href = format!("{base}/{}?api-version={API_VERSION}", url_path(name));
+    let href = format!("{base}/{}?api-version={API_VERSION}", url_path(path));
     format!(
         concat!(
             r#"<entry{ns}>"#,
@@ -92,7 +101,7 @@ pub(crate) fn entry_element(
         ),
         ns = if declare_ns { format!(r#" xmlns="{ATOM_NS}""#) } else { String::new() },
         href = escape(&href),
-        title = escape(name),
+        title = escape(title),
         created = iso8601(created),
         updated = iso8601(updated),
         description = description,
@@ -179,8 +188,22 @@ pub fn namespace_info(base: &str, namespace: &str, created: Timestamp) -> String
 #[derive(Debug)]
 pub enum Described {
     Queue(QueueDescription),
-    /// A topic, subscription or rule: not supported yet.
-    Other(String),
+    Topic(TopicDescription),
+    /// A subscription, and the rule its creation names (`DefaultRuleDescription`), if any.
+    Subscription(SubscriptionDescription, Option<(String, RuleDescription)>),
+    Rule(RuleDescription),
+}
+
+impl Described {
+    /// The kind's name, for messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Described::Queue(_) => "queue",
+            Described::Topic(_) => "topic",
+            Described::Subscription(..) => "subscription",
+            Described::Rule(_) => "rule",
+        }
+    }
 }
 
 /// Parses a PUT body: an Atom `<entry>` whose `<content>` holds a description (or, leniently, a
@@ -195,16 +218,123 @@ pub fn parse_description(body: &[u8]) -> Result<(Described, Omitted), HttpError>
         .map_err(|e| HttpError::bad_request(format!("malformed XML in the request body: {e}")))?;
     let description = doc
         .descendants()
-        .find(|n| n.is_element() && n.tag_name().name().ends_with("Description"))
+        .find(|n| {
+            n.is_element()
+                && matches!(
+                    n.tag_name().name(),
+                    "QueueDescription"
+                        | "TopicDescription"
+                        | "SubscriptionDescription"
+                        | "RuleDescription"
+                )
+        })
         .ok_or_else(|| {
-            HttpError::bad_request("the request body has no QueueDescription inside an Atom entry")
+            HttpError::bad_request(
+                "the request body has no QueueDescription, TopicDescription, \
+                 SubscriptionDescription or RuleDescription inside an Atom entry",
+            )
         })?;
     match description.tag_name().name() {
         "QueueDescription" => {
             let (d, omitted) = queue::parse(description)?;
             Ok((Described::Queue(d), omitted))
         }
-        kind => Ok((Described::Other(kind.to_owned()), Omitted::default())),
+        "TopicDescription" => {
+            let (d, omitted) = topic::parse(description)?;
+            Ok((Described::Topic(d), omitted))
+        }
+        "SubscriptionDescription" => {
+            let (d, rule, omitted) = subscription::parse(description)?;
+            Ok((Described::Subscription(d, rule), omitted))
+        }
+        _ => Ok((Described::Rule(rule::parse(description)?), Omitted::default())),
+    }
+}
+
+/// One description field being parsed: its name and trimmed text, with the conversions every
+/// kind's parser uses; errors are 400s naming the field.
+pub(crate) struct Field<'a> {
+    pub name: &'a str,
+    pub value: &'a str,
+}
+
+impl<'a> Field<'a> {
+    pub fn of(node: roxmltree::Node<'a, '_>) -> Self {
+        Field { name: node.tag_name().name(), value: node.text().unwrap_or("").trim() }
+    }
+
+    pub fn error(&self, e: &str) -> HttpError {
+        HttpError::bad_request(format!("invalid {} {:?}: {e}", self.name, self.value))
+    }
+
+    pub fn boolean(&self) -> Result<bool, HttpError> {
+        match self.value.to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(self.error("expected true or false")),
+        }
+    }
+
+    pub fn duration(&self) -> Result<std::time::Duration, HttpError> {
+        crate::timefmt::parse_xml_duration(self.value)
+            .ok_or_else(|| self.error("expected an ISO 8601 duration"))
+    }
+
+    pub fn number<T: std::str::FromStr>(&self) -> Result<T, HttpError> {
+        number(self.value).map_err(|e| self.error(e))
+    }
+
+    pub fn status(&self) -> Result<ironbus_core::EntityStatus, HttpError> {
+        use ironbus_core::EntityStatus;
+        Ok(match self.value {
+            "Active" => EntityStatus::Active,
+            "Disabled" => EntityStatus::Disabled,
+            "SendDisabled" => EntityStatus::SendDisabled,
+            "ReceiveDisabled" => EntityStatus::ReceiveDisabled,
+            _ => {
+                return Err(self.error("expected Active, Disabled, SendDisabled or ReceiveDisabled"))
+            }
+        })
+    }
+
+    /// Optional text: empty is none.
+    pub fn text(&self) -> Option<String> {
+        (!self.value.is_empty()).then(|| self.value.to_owned())
+    }
+}
+
+/// `<CountDetails>` as both clients read it (http.md B.8).
+pub(crate) fn count_details(
+    active: u64,
+    dead: u64,
+    scheduled: u64,
+    transfer: u64,
+    transfer_dead: u64,
+) -> String {
+    format!(
+        concat!(
+            r#"<CountDetails xmlns:d2p1="{count_ns}">"#,
+            "<d2p1:ActiveMessageCount>{active}</d2p1:ActiveMessageCount>",
+            "<d2p1:DeadLetterMessageCount>{dead}</d2p1:DeadLetterMessageCount>",
+            "<d2p1:ScheduledMessageCount>{scheduled}</d2p1:ScheduledMessageCount>",
+            "<d2p1:TransferMessageCount>{transfer}</d2p1:TransferMessageCount>",
+            "<d2p1:TransferDeadLetterMessageCount>{transfer_dead}</d2p1:TransferDeadLetterMessageCount>",
+            "</CountDetails>",
+        ),
+        count_ns = COUNT_NS,
+        active = active,
+        dead = dead,
+        scheduled = scheduled,
+        transfer = transfer,
+        transfer_dead = transfer_dead,
+    )
+}
+
+/// An optional text element: absent when `value` is none.
+pub(crate) fn optional(element: &str, value: Option<&str>) -> String {
+    match value {
+        Some(v) => format!("<{element}>{}</{element}>", escape(v)),
+        None => String::new(),
     }
 }
 
@@ -230,13 +360,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn topics_are_recognized_as_not_queues() {
-        let body = format!(
-            r#"<entry xmlns="{ATOM_NS}"><content><TopicDescription xmlns="{CONNECT_NS}"/></content></entry>"#
-        );
-        assert!(matches!(
-            parse_description(body.as_bytes()).unwrap().0,
-            Described::Other(kind) if kind == "TopicDescription"
-        ));
+    fn the_description_element_decides_the_kind() {
+        for (element, kind) in [
+            ("QueueDescription", "queue"),
+            ("TopicDescription", "topic"),
+            ("SubscriptionDescription", "subscription"),
+            ("RuleDescription", "rule"),
+        ] {
+            let body = format!(
+                r#"<entry xmlns="{ATOM_NS}"><content><{element} xmlns="{CONNECT_NS}"/></content></entry>"#
+            );
+            assert_eq!(parse_description(body.as_bytes()).unwrap().0.kind(), kind);
+        }
     }
 }

@@ -43,13 +43,6 @@ impl HttpError {
     }
 
     /// Topics, subscriptions and rules: the core has none yet.
-    pub fn no_topics() -> Self {
-        Self::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "topics, subscriptions and rules are not supported by ironbus yet; only queues are",
-        )
-    }
-
     pub fn unauthorized(error: &AuthError) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, format!("unauthorized: {error}"))
     }

@@ -20,6 +20,13 @@ pub enum Route {
     NamespaceInfo,
     /// `GET /$Resources/queues`.
     ListQueues,
+    /// `GET /$Resources/topics`.
+    ListTopics,
+    /// `GET /{topic}/Subscriptions` or `GET /{topic}/Subscriptions/{sub}/Rules`: the children
+    /// of `parent`.
+    ListChildren {
+        parent: EntityPath,
+    },
     /// `POST /{entity}/messages`.
     Send {
         entity: EntityAddress,
@@ -35,12 +42,10 @@ pub enum Route {
         op: LockOp,
         token: String,
     },
-    /// `GET` / `PUT` / `DELETE` `/{entity}`.
+    /// `GET` / `PUT` / `DELETE` `/{entity}`: a queue, topic, subscription or rule.
     Entity {
         path: EntityPath,
     },
-    /// Topics, subscriptions, rules: their entities, listings and messages.
-    NotQueues,
     /// An address the core recognises but does not build yet (transfer queues).
     Unimplemented(String),
 }
@@ -128,9 +133,7 @@ pub fn route(method: &Method, path: &str, ops: bool) -> Result<Route, HttpError>
     if is(0, "$resources") {
         return match (n, method == Method::GET) {
             (2, true) if is(1, "queues") => Ok(Route::ListQueues),
-            (2, true) if is(1, "topics") || is(1, "subscriptions") || is(1, "rules") => {
-                Ok(Route::NotQueues)
-            }
+            (2, true) if is(1, "topics") => Ok(Route::ListTopics),
             (2, false) => not_allowed(),
             _ => Err(HttpError::not_found(format!("no such resource collection /{path}"))),
         };
@@ -138,8 +141,10 @@ pub fn route(method: &Method, path: &str, ops: bool) -> Result<Route, HttpError>
     // A data-plane route on the address in the first `upto` segments.
     let data = |upto: usize, make: &dyn Fn(EntityAddress) -> Route| -> Result<Route, HttpError> {
         match address(&segments[..upto].join("/")) {
-            Ok(Parsed::Queue(address)) => Ok(make(address)),
-            Ok(Parsed::Other) => Ok(Route::NotQueues),
+            Ok(address) if address.entity.shape() == PathShape::Rule => Err(
+                HttpError::bad_request(format!("/{path} addresses a rule, which has no messages")),
+            ),
+            Ok(address) => Ok(make(address)),
             Err(Unparsed::Unimplemented(what)) => Ok(Route::Unimplemented(what)),
             Err(Unparsed::Error(e)) => Err(e),
         }
@@ -170,31 +175,24 @@ pub fn route(method: &Method, path: &str, ops: bool) -> Result<Route, HttpError>
     if !matches!(*method, Method::GET | Method::PUT | Method::DELETE) {
         return not_allowed();
     }
-    if EntityPath::parse_listing(path).is_some() {
-        return Ok(Route::NotQueues);
+    if let Some((parent, _)) = EntityPath::parse_listing(path) {
+        return if *method == Method::GET {
+            Ok(Route::ListChildren { parent })
+        } else {
+            not_allowed()
+        };
     }
     match address(path) {
-        Ok(Parsed::Queue(EntityAddress { entity, queue: SubQueue::Main })) => {
-            Ok(Route::Entity { path: entity })
-        }
-        Ok(Parsed::Queue(_)) if *method == Method::PUT => Err(HttpError::bad_request(format!(
+        Ok(EntityAddress { entity, queue: SubQueue::Main }) => Ok(Route::Entity { path: entity }),
+        Ok(_) if *method == Method::PUT => Err(HttpError::bad_request(format!(
             "/{path} is a sub-queue; only entities are created"
         ))),
-        Ok(Parsed::Queue(_)) => Err(HttpError::not_found(format!(
+        Ok(_) => Err(HttpError::not_found(format!(
             "/{path} is a sub-queue, not an entity with a description"
         ))),
-        Ok(Parsed::Other) => Ok(Route::NotQueues),
         Err(Unparsed::Unimplemented(e)) => Ok(Route::Unimplemented(e)),
         Err(Unparsed::Error(e)) => Err(e),
     }
-}
-
-/// What the entity part of a path addresses.
-enum Parsed {
-    /// A queue (or, by its shape, a topic) and its sub-queue.
-    Queue(EntityAddress),
-    /// A subscription or rule (not served yet).
-    Other,
 }
 
 /// Why the entity part of a path is not an address this transport serves.
@@ -206,12 +204,9 @@ enum Unparsed {
 
 /// Parses the entity part of a path with the core's address grammar. A `$management` node is
 /// AMQP's; over HTTP it names nothing.
-fn address(path: &str) -> Result<Parsed, Unparsed> {
+fn address(path: &str) -> Result<EntityAddress, Unparsed> {
     match Address::parse(path) {
-        Ok(Address::Entity(address)) => match address.entity.shape() {
-            PathShape::QueueOrTopic => Ok(Parsed::Queue(address)),
-            PathShape::Subscription | PathShape::Rule => Ok(Parsed::Other),
-        },
+        Ok(Address::Entity(address)) => Ok(address),
         Ok(Address::Management(_)) => Err(Unparsed::Error(HttpError::not_found(format!(
             "/{path} is an AMQP management node; HTTP has no entity there"
         )))),
@@ -271,9 +266,16 @@ mod tests {
             r(Method::PUT, "q/messages/7/abc"),
             Route::Lock { entity: "q".into(), op: LockOp::Unlock, token: "abc".into() }
         );
-        assert_eq!(r(Method::GET, "t/Subscriptions/s/Rules/$Default"), Route::NotQueues);
-        assert_eq!(r(Method::POST, "t/subscriptions/s/messages/head"), Route::NotQueues);
-        assert_eq!(r(Method::GET, "$Resources/Topics"), Route::NotQueues);
+        assert_eq!(
+            r(Method::GET, "t/Subscriptions/s/Rules/$Default"),
+            Route::Entity { path: path("t/Subscriptions/s/Rules/$Default") }
+        );
+        assert_eq!(
+            r(Method::POST, "t/subscriptions/s/messages/head"),
+            Route::Receive { entity: "t/Subscriptions/s".into(), peek_lock: true }
+        );
+        assert_eq!(r(Method::GET, "$Resources/Topics"), Route::ListTopics);
+        assert_eq!(r(Method::GET, "$resources/topics"), Route::ListTopics);
         assert_eq!(r(Method::GET, "health"), Route::Health);
         assert!(route(&Method::GET, "health", false)
             .is_ok_and(|r| r == Route::Entity { path: path("health") }));
@@ -305,18 +307,32 @@ mod tests {
             r(Method::GET, &decode_path("/A%2FB/").unwrap()),
             Route::Entity { path: path("a/b") }
         );
-        // Subscriptions, rules and their listings are not served yet.
-        for (method, p) in [
-            (Method::GET, "t/Subscriptions"),
-            (Method::GET, "t/subscriptions/s/rules"),
-            (Method::PUT, "t/Subscriptions/s"),
-            (Method::DELETE, "t/Subscriptions/s/Rules/r"),
-            (Method::POST, "t/Subscriptions/s/messages"),
-            (Method::PUT, "t/Subscriptions/s/messages/7/abc"),
-            (Method::POST, "t/subscriptions/s/$DeadLetterQueue/messages/head"),
-        ] {
-            assert_eq!(r(method.clone(), p), Route::NotQueues, "{method} {p}");
-        }
+        // Subscriptions and rules are entities; their listings are children of their parents.
+        assert_eq!(r(Method::GET, "t/Subscriptions"), Route::ListChildren { parent: path("t") });
+        assert_eq!(
+            r(Method::GET, "t/subscriptions/s/rules"),
+            Route::ListChildren { parent: path("t/Subscriptions/s") }
+        );
+        assert_eq!(
+            r(Method::PUT, "t/Subscriptions/s"),
+            Route::Entity { path: path("t/Subscriptions/s") }
+        );
+        assert_eq!(
+            r(Method::DELETE, "t/Subscriptions/s/Rules/r"),
+            Route::Entity { path: path("t/Subscriptions/s/Rules/r") }
+        );
+        assert_eq!(
+            r(Method::POST, "t/subscriptions/s/$DeadLetterQueue/messages/head"),
+            Route::Receive { entity: "t/Subscriptions/s/$DeadLetterQueue".into(), peek_lock: true }
+        );
+        assert_eq!(route(&Method::PUT, "t/Subscriptions", true).unwrap_err().status.as_u16(), 405);
+        assert_eq!(
+            route(&Method::POST, "t/Subscriptions/s/Rules/r/messages", true)
+                .unwrap_err()
+                .status
+                .as_u16(),
+            400
+        );
         // Transfer queues are recognised, and not built.
         for p in ["q/$Transfer/$DeadLetterQueue/messages/head", "q/$transfer/messages/head"] {
             assert!(matches!(r(Method::POST, p), Route::Unimplemented(_)), "{p}");

@@ -13,7 +13,8 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use ironbus_core::auth::{AuthError, AuthErrorKind, Right};
 use ironbus_core::{
-    Availability, Broker, EntityDescription, EntityPath, QueueDescription, QueueInfo, ReceiveMode,
+    Availability, Broker, EntityDescription, EntityInfo, EntityKind, EntityPath, QueueDescription,
+    QueueInfo, ReceiveMode,
 };
 use serde_json::json;
 
@@ -123,12 +124,6 @@ impl App {
                 *operation = Operation::Fault;
                 self.fault(parts, &params)
             }
-            Route::NotQueues => {
-                // Authenticate first, so an anonymous caller learns nothing.
-                self.authorize(parts, &path, Right::Manage)
-                    .or_else(|_| self.authorize(parts, &path, Right::Listen))?;
-                Err(HttpError::no_topics())
-            }
             Route::Unimplemented(what) => {
                 self.authorize(parts, &path, Right::Manage)
                     .or_else(|_| self.authorize(parts, &path, Right::Listen))?;
@@ -148,6 +143,16 @@ impl App {
                 *operation = Operation::ListEntities;
                 self.authorize(parts, &path, Right::Manage)?;
                 self.list_queues(parts, &path, &params).await
+            }
+            Route::ListTopics => {
+                *operation = Operation::ListEntities;
+                self.authorize(parts, &path, Right::Manage)?;
+                self.list_topics(parts, &path, &params).await
+            }
+            Route::ListChildren { parent } => {
+                *operation = Operation::ListEntities;
+                self.authorize(parts, &path, Right::Manage)?;
+                self.list_children(parts, &path, &parent, &params).await
             }
             Route::Entity { path: entity } => {
                 *operation = match parts.method.as_str() {
@@ -297,15 +302,7 @@ impl App {
             "GET" => {
                 *operation = Operation::GetEntity;
                 let info = self.broker.get_entity(path).await.map_err(management)?;
-                match &info.description {
-                    EntityDescription::Queue(_) => {
-                        let info = QueueInfo::from_entity(&info).map_err(management)?;
-                        self.queue_entry(StatusCode::OK, &base, &info).await
-                    }
-                    EntityDescription::Topic(_)
-                    | EntityDescription::Subscription(_)
-                    | EntityDescription::Rule(_) => Err(HttpError::no_topics()),
-                }
+                self.entity_entry(StatusCode::OK, &base, &info).await
             }
             "DELETE" => {
                 *operation = Operation::DeleteEntity;
@@ -317,25 +314,82 @@ impl App {
                 *operation = Operation::PutEntity;
                 let body = self.read_body(body).await?;
                 let (described, omitted) = atom::parse_description(&body)?;
-                let mut description = match described {
-                    Described::Queue(d) => d,
-                    Described::Other(_) => return Err(HttpError::no_topics()),
-                };
                 let (status, info) = if parts.headers.contains_key(header::IF_MATCH) {
                     let current = self.broker.get_entity(path).await.map_err(management)?;
-                    let current = QueueInfo::from_entity(&current).map_err(management)?;
-                    keep_fixed(&mut description, &current.description, omitted);
-                    let update = EntityDescription::Queue(description);
+                    let update = match (described, &current.description) {
+                        (Described::Queue(mut d), EntityDescription::Queue(current)) => {
+                            keep_fixed(&mut d, current, omitted);
+                            EntityDescription::Queue(d)
+                        }
+                        (Described::Topic(mut d), EntityDescription::Topic(current)) => {
+                            atom::topic::keep_fixed(&mut d, current, omitted);
+                            EntityDescription::Topic(d)
+                        }
+                        (Described::Subscription(mut d, _), EntityDescription::Subscription(c)) => {
+                            if omitted.requires_session {
+                                d.requires_session = c.requires_session;
+                            }
+                            EntityDescription::Subscription(d)
+                        }
+                        (Described::Rule(d), EntityDescription::Rule(_)) => {
+                            EntityDescription::Rule(d)
+                        }
+                        (described, current) => {
+                            return Err(HttpError::bad_request(format!(
+                                "/{} is a {}; the body describes a {}",
+                                path,
+                                current.kind().as_str(),
+                                described.kind()
+                            )))
+                        }
+                    };
                     (StatusCode::OK, self.broker.update_entity(path, update).await)
                 } else {
-                    let create = EntityDescription::Queue(description);
-                    (StatusCode::CREATED, self.broker.create_entity(path, create).await)
+                    let created = match described {
+                        Described::Queue(d) => {
+                            self.broker.create_entity(path, EntityDescription::Queue(d)).await
+                        }
+                        Described::Topic(d) => {
+                            self.broker.create_entity(path, EntityDescription::Topic(d)).await
+                        }
+                        Described::Subscription(d, rule) => {
+                            self.broker.create_subscription(path, d, rule).await
+                        }
+                        Described::Rule(d) => {
+                            self.broker.create_entity(path, EntityDescription::Rule(d)).await
+                        }
+                    };
+                    (StatusCode::CREATED, created)
                 };
-                let info =
-                    QueueInfo::from_entity(&info.map_err(management)?).map_err(management)?;
-                self.queue_entry(status, &base, &info).await
+                self.entity_entry(status, &base, &info.map_err(management)?).await
             }
         }
+    }
+
+    /// An entity's entry, of its kind, with its runtime figures when its partitions answer.
+    async fn entity_entry(
+        &self,
+        status: StatusCode,
+        base: &str,
+        info: &EntityInfo,
+    ) -> Result<Response, HttpError> {
+        let body = match &info.description {
+            EntityDescription::Queue(_) => {
+                let info = QueueInfo::from_entity(info)
+                    .map_err(|e| HttpError::from_broker(e, Plane::Management))?;
+                return self.queue_entry(status, base, &info).await;
+            }
+            EntityDescription::Topic(d) => {
+                let runtime = self.broker.get_topic_runtime(&info.path).await.ok();
+                atom::topic::entry(base, info, d, runtime.as_ref())
+            }
+            EntityDescription::Subscription(d) => {
+                let runtime = self.broker.get_queue_runtime(info.path.as_str()).await.ok();
+                atom::subscription::entry(base, info, d, runtime.as_ref())
+            }
+            EntityDescription::Rule(d) => atom::rule::entry(base, info, d),
+        };
+        Ok(xml(status, atom::ENTRY_CONTENT_TYPE, body))
     }
 
     /// A queue's entry, with its runtime counts when its partitions answer.
@@ -355,16 +409,7 @@ impl App {
         path: &str,
         params: &[(String, String)],
     ) -> Result<Response, HttpError> {
-        let number = |name: &str, default: usize| -> Result<usize, HttpError> {
-            match params.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)) {
-                None => Ok(default),
-                Some((_, v)) => v.parse().map_err(|_| {
-                    HttpError::bad_request(format!("{name} {v:?} is not a non-negative integer"))
-                }),
-            }
-        };
-        let skip = number("$skip", 0)?;
-        let top = number("$top", 100)?.min(1000);
+        let (skip, top) = page(params)?;
         let mut page = self
             .broker
             .list_queues(skip, top.saturating_add(1))
@@ -379,6 +424,69 @@ impl App {
         }
         let now = self.broker.clock().now();
         let body = atom::queue::feed(&self.base(parts), path, skip, top, &entries, more, now);
+        Ok(xml(StatusCode::OK, atom::FEED_CONTENT_TYPE, body))
+    }
+
+    async fn list_topics(
+        &self,
+        parts: &Parts,
+        path: &str,
+        params: &[(String, String)],
+    ) -> Result<Response, HttpError> {
+        let (skip, top) = page(params)?;
+        let mut page = self
+            .broker
+            .list_entities(EntityKind::Topic, skip, top.saturating_add(1))
+            .await
+            .map_err(|e| HttpError::from_broker(e, Plane::Management))?;
+        let more = page.len() > top;
+        page.truncate(top);
+        let mut entries = Vec::with_capacity(page.len());
+        for info in page {
+            let EntityDescription::Topic(d) = info.description.clone() else { continue };
+            let runtime = self.broker.get_topic_runtime(&info.path).await.ok();
+            entries.push((info, d, runtime));
+        }
+        let now = self.broker.clock().now();
+        let body = atom::topic::feed(&self.base(parts), path, skip, top, &entries, more, now);
+        Ok(xml(StatusCode::OK, atom::FEED_CONTENT_TYPE, body))
+    }
+
+    /// A topic's subscriptions or a subscription's rules.
+    async fn list_children(
+        &self,
+        parts: &Parts,
+        path: &str,
+        parent: &EntityPath,
+        params: &[(String, String)],
+    ) -> Result<Response, HttpError> {
+        let (skip, top) = page(params)?;
+        let mut page = self
+            .broker
+            .list_children(parent, skip, top.saturating_add(1))
+            .await
+            .map_err(|e| HttpError::from_broker(e, Plane::Management))?;
+        let more = page.len() > top;
+        page.truncate(top);
+        let base = self.base(parts);
+        let now = self.broker.clock().now();
+        let mut subscriptions = Vec::new();
+        let mut rules = Vec::new();
+        for info in page {
+            match info.description.clone() {
+                EntityDescription::Subscription(d) => {
+                    let runtime = self.broker.get_queue_runtime(info.path.as_str()).await.ok();
+                    subscriptions.push((info, d, runtime));
+                }
+                EntityDescription::Rule(d) => rules.push((info, d)),
+                EntityDescription::Queue(_) | EntityDescription::Topic(_) => {}
+            }
+        }
+        let body = if parent.shape() == ironbus_core::PathShape::Subscription {
+            atom::rule::feed(&base, path, skip, top, &rules, more, now)
+        } else {
+            atom::subscription::feed(&base, path, skip, top, &subscriptions, more, now)
+        };
         Ok(xml(StatusCode::OK, atom::FEED_CONTENT_TYPE, body))
     }
 
@@ -447,6 +555,19 @@ impl App {
         let body = json!({ "entity": entity, "partition": partition, "available": available });
         Ok((StatusCode::OK, body.to_string()).into_response())
     }
+}
+
+/// `$skip` (default 0) and `$top` (default 100, at most 1000) of a listing.
+fn page(params: &[(String, String)]) -> Result<(usize, usize), HttpError> {
+    let number = |name: &str, default: usize| -> Result<usize, HttpError> {
+        match params.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)) {
+            None => Ok(default),
+            Some((_, v)) => v.parse().map_err(|_| {
+                HttpError::bad_request(format!("{name} {v:?} is not a non-negative integer"))
+            }),
+        }
+    };
+    Ok((number("$skip", 0)?, number("$top", 100)?.min(1000)))
 }
 
 /// An update body that leaves out a property fixed at creation keeps the current value (Python

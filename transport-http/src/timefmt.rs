@@ -111,6 +111,36 @@ pub fn iso8601(t: Timestamp) -> String {
     )
 }
 
+/// Parses an XML Schema `dateTime`: `2024-01-01T10:00:00Z`, with optional fractional seconds
+/// and a `Z`, `+hh:mm` or `-hh:mm` zone (none means UTC).
+pub fn parse_iso8601(text: &str) -> Option<Timestamp> {
+    let text = text.trim();
+    let (date, time) = text.split_once('T')?;
+    let mut ymd = date.splitn(3, '-');
+    let (y, mo, d): (i64, u32, u32) =
+        (ymd.next()?.parse().ok()?, ymd.next()?.parse().ok()?, ymd.next()?.parse().ok()?);
+    let (clock, offset_minutes) = if let Some(t) = time.strip_suffix('Z') {
+        (t, 0i64)
+    } else if let Some(at) = time.rfind(['+', '-']) {
+        let (t, zone) = time.split_at(at);
+        let sign = if zone.starts_with('-') { -1 } else { 1 };
+        let (zh, zm) = zone[1..].split_once(':')?;
+        (t, sign * (zh.parse::<i64>().ok()? * 60 + zm.parse::<i64>().ok()?))
+    } else {
+        (time, 0)
+    };
+    let mut hms = clock.splitn(3, ':');
+    let (h, mi): (i64, i64) = (hms.next()?.parse().ok()?, hms.next()?.parse().ok()?);
+    let seconds: f64 = hms.next()?.parse().ok()?;
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || seconds >= 61.0 {
+        return None;
+    }
+    let days = days_from_civil(y, mo, d);
+    let millis = (days * 86_400 + h * 3600 + mi * 60 - offset_minutes * 60) * 1000
+        + (seconds * 1000.0).floor() as i64;
+    Some(Timestamp::from_millis(millis))
+}
+
 /// An XML Schema duration: `PT1M`, `P1DT2H`, `PT0.5S`; [`TIME_SPAN_MAX_XML`] for "never".
 pub fn xml_duration(d: Duration) -> String {
     if d >= TIME_SPAN_MAX {

@@ -288,20 +288,360 @@ async fn queues_are_created_read_updated_listed_and_deleted() {
     assert!(r.text().starts_with("<Error><Code>404</Code>"), "{}", r.text());
 }
 
+fn described(element: &str, inner: &str) -> Vec<u8> {
+    format!(
+        r#"<?xml version="1.0" encoding="utf-8"?><entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><{element} xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect" xmlns:i="http://www.w3.org/2001/XMLSchema-instance">{inner}</{element}></content></entry>"#
+    )
+    .into_bytes()
+}
+
+fn topic_xml(inner: &str) -> Vec<u8> {
+    described("TopicDescription", inner)
+}
+
+fn subscription_xml(inner: &str) -> Vec<u8> {
+    described("SubscriptionDescription", inner)
+}
+
+fn rule_xml(inner: &str) -> Vec<u8> {
+    described("RuleDescription", inner)
+}
+
 #[tokio::test]
-async fn topics_subscriptions_and_rules_are_refused_clearly() {
+async fn topics_are_created_read_updated_listed_and_deleted() {
     let s = start().await;
-    let topic = br#"<entry xmlns="http://www.w3.org/2005/Atom"><content><TopicDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"/></content></entry>"#;
-    for (method, path, body) in [
-        ("PUT", "/t1", &topic[..]),
-        ("GET", "/t1/Subscriptions/s1", &b""[..]),
-        ("GET", "/$Resources/Topics", &b""[..]),
-        ("POST", "/t1/subscriptions/s1/messages/head", &b""[..]),
-    ] {
-        let r = s.call(method, path, &[], body).await;
-        assert_eq!(r.status, 501, "{method} {path}");
-        assert!(r.text().contains("not supported"), "{}", r.text());
+    let r = s
+        .call(
+            "PUT",
+            "/t1",
+            &[],
+            &topic_xml("<RequiresDuplicateDetection>true</RequiresDuplicateDetection><DefaultMessageTimeToLive>PT1H</DefaultMessageTimeToLive>"),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert!(r.text().contains("<TopicDescription"), "{}", r.text());
+    assert!(r.text().contains("<DefaultMessageTimeToLive>PT1H</DefaultMessageTimeToLive>"));
+    assert!(r.text().contains("<SubscriptionCount>0</SubscriptionCount>"));
+    assert_eq!(s.call("PUT", "/t1", &[], &topic_xml("")).await.status, 409);
+    // A name is taken whatever the kind.
+    assert_eq!(s.call("PUT", "/t1", &[], &queue_xml("")).await.status, 409);
+    let r = s.call("PUT", "/missing", &[("If-Match", "*".into())], &topic_xml("")).await;
+    assert_eq!(r.status, 404);
+
+    let r = s.call("GET", "/t1?enrich=false", &[], b"").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("<RequiresDuplicateDetection>true</RequiresDuplicateDetection>"));
+
+    // An update that leaves out the fixed fields keeps them; omitted writable ones reset.
+    let r = s
+        .call(
+            "PUT",
+            "/t1",
+            &[("If-Match", "*".into())],
+            &topic_xml(
+                "<MaxSizeInMegabytes>2048</MaxSizeInMegabytes><UserMetadata>m</UserMetadata>",
+            ),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("<MaxSizeInMegabytes>2048</MaxSizeInMegabytes>"));
+    assert!(r.text().contains("<RequiresDuplicateDetection>true</RequiresDuplicateDetection>"));
+    assert!(r.text().contains("<UserMetadata>m</UserMetadata>"));
+    let r = s
+        .call(
+            "PUT",
+            "/t1",
+            &[("If-Match", "*".into())],
+            &topic_xml("<RequiresDuplicateDetection>false</RequiresDuplicateDetection>"),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    // A queue body on a topic is a bad request, not a silent kind change.
+    let r = s.call("PUT", "/t1", &[("If-Match", "*".into())], &queue_xml("")).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    assert_eq!(s.call("PUT", "/t2", &[], &topic_xml("")).await.status, 201);
+    assert_eq!(s.call("PUT", "/q1", &[], &queue_xml("")).await.status, 201);
+    let r = s.call("GET", "/$Resources/Topics", &[], b"").await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().contains("type=feed"));
+    assert_eq!(r.text().matches("<entry>").count(), 2, "{}", r.text());
+    assert!(!r.text().contains("QueueDescription"));
+    let r = s.call("GET", "/$resources/topics?$skip=0&$top=1", &[], b"").await;
+    assert_eq!(r.text().matches("<entry>").count(), 1);
+    assert!(r.text().contains(r#"rel="next""#));
+    assert!(r.text().contains(r#"<title type="text">t1</title>"#));
+    let r = s.call("GET", "/$resources/topics?%24skip=1&%24top=1", &[], b"").await;
+    assert!(r.text().contains(r#"<title type="text">t2</title>"#));
+    assert!(!r.text().contains(r#"rel="next""#));
+    let r = s.call("GET", "/$resources/queues", &[], b"").await;
+    assert_eq!(r.text().matches("<entry>").count(), 1, "topics are not queues");
+
+    assert_eq!(s.call("DELETE", "/t1", &[], b"").await.status, 200);
+    assert_eq!(s.call("DELETE", "/t1", &[], b"").await.status, 404);
+    assert_eq!(s.call("GET", "/t1", &[], b"").await.status, 404);
+}
+
+#[tokio::test]
+async fn subscriptions_are_managed_under_their_topic_with_their_first_rule() {
+    let s = start().await;
+    let r = s.call("PUT", "/t/subscriptions/s1", &[], &subscription_xml("")).await;
+    assert_eq!(r.status, 404, "the topic is missing: {}", r.text());
+    assert_eq!(s.call("PUT", "/t", &[], &topic_xml("")).await.status, 201);
+    let r = s
+        .call(
+            "PUT",
+            "/t/subscriptions/s1",
+            &[],
+            &subscription_xml(
+                "<LockDuration>PT30S</LockDuration><MaxDeliveryCount>3</MaxDeliveryCount>",
+            ),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let text = r.text();
+    assert!(text.contains("/t/Subscriptions/s1?api-version"), "{text}");
+    assert!(text.contains(r#"<title type="text">s1</title>"#), "{text}");
+    assert!(text.contains("<LockDuration>PT30S</LockDuration>"));
+    assert!(text.contains("<EntityAvailabilityStatus>"));
+    assert!(text.contains(r#"<CountDetails xmlns:d2p1=""#));
+    assert_eq!(s.call("PUT", "/t/Subscriptions/S1", &[], &subscription_xml("")).await.status, 409);
+
+    // Without a DefaultRuleDescription: $Default, a True filter.
+    let r = s.call("GET", "/t/subscriptions/s1/rules", &[], b"").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text().matches("<entry>").count(), 1);
+    assert!(r.text().contains(r#"<title type="text">$Default</title>"#));
+    assert!(r.text().contains(r#"<Filter i:type="TrueFilter">"#));
+
+    // With one: that rule, by its name, instead.
+    let r = s
+        .call(
+            "PUT",
+            "/t/Subscriptions/s2",
+            &[],
+            &subscription_xml(r#"<DefaultRuleDescription><Filter i:type="SqlFilter"><SqlExpression>color = 'red'</SqlExpression></Filter><Name>reds</Name></DefaultRuleDescription>"#),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = s.call("GET", "/t/Subscriptions/s2/Rules/", &[], b"").await;
+    assert_eq!(r.text().matches("<entry>").count(), 1);
+    assert!(r.text().contains(r#"<title type="text">reds</title>"#));
+    assert!(r.text().contains("<SqlExpression>color = &apos;red&apos;</SqlExpression>"));
+
+    let r = s.call("GET", "/t/Subscriptions/", &[], b"").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text().matches("<entry>").count(), 2);
+    assert!(r.text().contains("<SubscriptionDescription"));
+    let r = s.call("GET", "/t/subscriptions?$skip=1&$top=1", &[], b"").await;
+    assert!(r.text().contains(r#"<title type="text">s2</title>"#), "{}", r.text());
+    let r = s.call("GET", "/t", &[], b"").await;
+    assert!(r.text().contains("<SubscriptionCount>2</SubscriptionCount>"), "{}", r.text());
+    assert_eq!(s.call("GET", "/nope/subscriptions", &[], b"").await.status, 404);
+}
+
+#[tokio::test]
+#[ignore = "core at 7e90ce3: a subscription created at run time gets no lanes (AddLane is sent on \
+            the topic's lane, which ignores it), so its update and delete wait on partitions \
+            that never answer (503)"]
+async fn subscriptions_are_updated_and_deleted() {
+    let s = start().await;
+    assert_eq!(s.call("PUT", "/t", &[], &topic_xml("")).await.status, 201);
+    assert_eq!(s.call("PUT", "/t/subscriptions/s1", &[], &subscription_xml("")).await.status, 201);
+    assert_eq!(s.call("PUT", "/t/subscriptions/s2", &[], &subscription_xml("")).await.status, 201);
+    let r = s
+        .call(
+            "PUT",
+            "/t/subscriptions/s1",
+            &[("If-Match", "*".into())],
+            &subscription_xml(
+                "<MaxDeliveryCount>7</MaxDeliveryCount><Status>ReceiveDisabled</Status>",
+            ),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("<MaxDeliveryCount>7</MaxDeliveryCount>"));
+    assert!(r.text().contains("<Status>ReceiveDisabled</Status>"));
+    let r = s
+        .call("PUT", "/t/subscriptions/s9", &[("If-Match", "*".into())], &subscription_xml(""))
+        .await;
+    assert_eq!(r.status, 404);
+    let r = s
+        .call(
+            "PUT",
+            "/t/subscriptions/s1",
+            &[],
+            &subscription_xml("<LockDuration>PT1S</LockDuration>"),
+        )
+        .await;
+    assert_eq!(r.status, 409);
+    let r = s
+        .call(
+            "PUT",
+            "/t/subscriptions/s3",
+            &[],
+            &subscription_xml("<LockDuration>PT1S</LockDuration>"),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    assert_eq!(s.call("DELETE", "/t/subscriptions/s1", &[], b"").await.status, 200);
+    assert_eq!(s.call("GET", "/t/subscriptions/s1", &[], b"").await.status, 404);
+    assert_eq!(s.call("DELETE", "/t/subscriptions/s1", &[], b"").await.status, 404);
+    // Deleting the topic takes its subscriptions with it.
+    assert_eq!(s.call("DELETE", "/t", &[], b"").await.status, 200);
+    assert_eq!(s.call("GET", "/t/subscriptions/s2", &[], b"").await.status, 404);
+}
+
+#[tokio::test]
+async fn rules_of_every_filter_and_action_round_trip() {
+    let s = start().await;
+    assert_eq!(s.call("PUT", "/t", &[], &topic_xml("")).await.status, 201);
+    assert_eq!(s.call("PUT", "/t/subscriptions/s", &[], &subscription_xml("")).await.status, 201);
+    let r = s.call("PUT", "/t/subscriptions/nope/rules/r", &[], &rule_xml("")).await;
+    assert_eq!(r.status, 404, "the subscription is missing: {}", r.text());
+
+    let sql = r#"<Filter i:type="SqlFilter"><SqlExpression>color = @c AND n &gt; @n</SqlExpression><CompatibilityLevel>20</CompatibilityLevel><Parameters><KeyValueOfstringanyType><Key>@c</Key><Value xmlns:d6p1="http://www.w3.org/2001/XMLSchema" i:type="d6p1:string">red</Value></KeyValueOfstringanyType><KeyValueOfstringanyType><Key>@n</Key><Value xmlns:d6p1="http://www.w3.org/2001/XMLSchema" i:type="d6p1:int">5</Value></KeyValueOfstringanyType></Parameters></Filter><Action i:type="SqlRuleAction"><SqlExpression>SET x = @v</SqlExpression><Parameters><KeyValueOfstringanyType><Key>@v</Key><Value xmlns:d6p1="http://www.w3.org/2001/XMLSchema" i:type="d6p1:long">7</Value></KeyValueOfstringanyType></Parameters></Action><Name>sqlRule</Name>"#;
+    let r = s.call("PUT", "/t/subscriptions/s/rules/sqlRule", &[], &rule_xml(sql)).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = s.call("GET", "/t/Subscriptions/s/Rules/sqlRule", &[], b"").await;
+    assert_eq!(r.status, 200);
+    let text = r.text();
+    assert!(text.contains("/t/Subscriptions/s/Rules/sqlRule?api-version"), "{text}");
+    assert!(text.contains("<SqlExpression>color = @c AND n &gt; @n</SqlExpression>"), "{text}");
+    assert!(text.contains(r#"<Key>@c</Key><Value xmlns:d6p1="http://www.w3.org/2001/XMLSchema" i:type="d6p1:string">red</Value>"#), "{text}");
+    assert!(text.contains(r#"i:type="d6p1:int">5</Value>"#), "{text}");
+    assert!(
+        text.contains(
+            r#"<Action i:type="SqlRuleAction"><SqlExpression>SET x = @v</SqlExpression>"#
+        ),
+        "{text}"
+    );
+    assert!(text.contains(r#"i:type="d6p1:long">7</Value>"#), "{text}");
+    assert_eq!(
+        s.call("PUT", "/t/subscriptions/s/rules/SQLRULE", &[], &rule_xml(sql)).await.status,
+        409
+    );
+
+    let correlation = r#"<Filter i:type="CorrelationFilter"><CorrelationId>cid</CorrelationId><Label>lbl</Label><ContentType>text/plain</ContentType><Properties><KeyValueOfstringanyType><Key>region</Key><Value xmlns:d6p1="http://www.w3.org/2001/XMLSchema" i:type="d6p1:string">eu</Value></KeyValueOfstringanyType><KeyValueOfstringanyType><Key>flag</Key><Value xmlns:d6p1="http://www.w3.org/2001/XMLSchema" i:type="d6p1:boolean">true</Value></KeyValueOfstringanyType></Properties></Filter><Action i:type="EmptyRuleAction"/>"#;
+    let r = s
+        .call("PUT", "/t/subscriptions/s/rules/correlationRule", &[], &rule_xml(correlation))
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let text = r.text();
+    assert!(text.contains(r#"<Filter i:type="CorrelationFilter"><CorrelationId>cid</CorrelationId><Label>lbl</Label><ContentType>text/plain</ContentType>"#), "{text}");
+    assert!(text.contains(r#"<Key>flag</Key><Value xmlns:d6p1="http://www.w3.org/2001/XMLSchema" i:type="d6p1:boolean">true</Value>"#), "{text}");
+    assert!(text.contains(r#"<Action i:type="EmptyRuleAction"/>"#));
+
+    let r = s
+        .call(
+            "PUT",
+            "/t/subscriptions/s/rules/never",
+            &[],
+            &rule_xml(
+                r#"<Filter i:type="FalseFilter"><SqlExpression>1&gt;1</SqlExpression></Filter>"#,
+            ),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert!(r.text().contains(r#"<Filter i:type="FalseFilter">"#));
+
+    // Listed by name, paged.
+    let r = s.call("GET", "/t/subscriptions/s/rules", &[], b"").await;
+    let titles: Vec<&str> = r
+        .text()
+        .split(r#"<title type="text">"#)
+        .skip(2)
+        .map(|t| t.split('<').next().unwrap())
+        .map(|t| Box::leak(t.to_owned().into_boxed_str()) as &str)
+        .collect();
+    assert_eq!(titles, ["$Default", "correlationRule", "never", "sqlRule"], "{}", r.text());
+    let r = s.call("GET", "/t/subscriptions/s/rules?$skip=1&$top=1", &[], b"").await;
+    assert_eq!(r.text().matches("<entry>").count(), 1);
+    assert!(r.text().contains(r#"<title type="text">correlationRule</title>"#));
+    assert!(r.text().contains(r#"rel="next""#));
+
+    // Replace with If-Match; a missing rule is 404 then.
+    let r = s
+        .call(
+            "PUT",
+            "/t/subscriptions/s/rules/never",
+            &[("If-Match", "*".into())],
+            &rule_xml(r#"<Filter i:type="TrueFilter"><SqlExpression>1=1</SqlExpression></Filter>"#),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains(r#"<Filter i:type="TrueFilter">"#));
+    let r = s
+        .call("PUT", "/t/subscriptions/s/rules/x", &[("If-Match", "*".into())], &rule_xml(""))
+        .await;
+    assert_eq!(r.status, 404);
+
+    // Bad bodies are 400 with a reason.
+    let r = s
+        .call("PUT", "/t/subscriptions/s/rules/bad", &[], &rule_xml(r#"<Filter i:type="Nope"/>"#))
+        .await;
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("Nope"), "{}", r.text());
+    let r = s
+        .call(
+            "PUT",
+            "/t/subscriptions/s/rules/bad",
+            &[],
+            &rule_xml(&format!(
+                r#"<Filter i:type="SqlFilter"><SqlExpression>{}</SqlExpression></Filter>"#,
+                "a".repeat(1025)
+            )),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    // A rule body at a subscription's path is refused.
+    let r = s.call("PUT", "/t/subscriptions/s9", &[], &rule_xml("")).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    assert_eq!(s.call("DELETE", "/t/subscriptions/s/rules/%24Default", &[], b"").await.status, 200);
+    assert_eq!(s.call("GET", "/t/subscriptions/s/rules/$Default", &[], b"").await.status, 404);
+    assert_eq!(s.call("DELETE", "/t/subscriptions/s/rules/$Default", &[], b"").await.status, 404);
+}
+
+#[tokio::test]
+#[ignore = "core at 7e90ce3: a subscription created at run time gets no lanes (AddLane is sent on \
+            the topic's lane, which ignores it), so its partitions never answer"]
+async fn messages_sent_to_a_topic_are_received_from_each_subscription() {
+    let s = start().await;
+    assert_eq!(s.call("PUT", "/t", &[], &topic_xml("")).await.status, 201);
+    for sub in ["a", "b"] {
+        let path = format!("/t/subscriptions/{sub}");
+        assert_eq!(s.call("PUT", &path, &[], &subscription_xml("")).await.status, 201);
     }
+    let never =
+        r#"<DefaultRuleDescription><Filter i:type="FalseFilter"/></DefaultRuleDescription>"#;
+    assert_eq!(
+        s.call("PUT", "/t/subscriptions/none", &[], &subscription_xml(never)).await.status,
+        201
+    );
+
+    let r = s.call("POST", "/t/messages", &[], b"hello").await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = s.call("GET", "/t/subscriptions/a", &[], b"").await;
+    assert!(r.text().contains("<EntityAvailabilityStatus>Available</EntityAvailabilityStatus>"));
+    assert!(
+        r.text().contains("<d2p1:ActiveMessageCount>1</d2p1:ActiveMessageCount>"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("<MessageCount>1</MessageCount>"));
+    for sub in ["a", "b"] {
+        let r = s
+            .call("DELETE", &format!("/t/Subscriptions/{sub}/messages/head?timeout=5"), &[], b"")
+            .await;
+        assert_eq!(r.status, 200, "{sub}: {}", r.text());
+        assert_eq!(r.body, b"hello");
+    }
+    let r = s.call("DELETE", "/t/subscriptions/none/messages/head?timeout=1", &[], b"").await;
+    assert_eq!(r.status, 204);
+    let r = s.call("POST", "/t/subscriptions/a/rules/$Default/messages", &[], b"x").await;
+    assert_eq!(r.status, 400);
 }
 
 #[tokio::test]

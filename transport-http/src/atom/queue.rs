@@ -12,8 +12,7 @@ use ironbus_core::{
 };
 
 use crate::atom::{
-    self, bool_text, entry_document, escape, forward_target, number, CONNECT_NS, COUNT_NS,
-    IRONBUS_NS, XSI_NS,
+    self, bool_text, entry_document, escape, forward_target, number, CONNECT_NS, IRONBUS_NS, XSI_NS,
 };
 use crate::error::HttpError;
 use crate::timefmt::{iso8601, parse_xml_duration, xml_duration};
@@ -33,6 +32,7 @@ fn entry_element(
     let description = description_element(base, info, runtime);
     atom::entry_element(
         base,
+        &info.name,
         &info.name,
         info.created_at,
         info.updated_at,
@@ -79,13 +79,7 @@ fn description_element(base: &str, info: &QueueInfo, runtime: Option<&QueueRunti
             "<CreatedAt>{created}</CreatedAt><UpdatedAt>{updated}</UpdatedAt>",
             "<AccessedAt>{updated}</AccessedAt>",
             "<SupportOrdering>true</SupportOrdering>",
-            r#"<CountDetails xmlns:d2p1="{count_ns}">"#,
-            "<d2p1:ActiveMessageCount>{active}</d2p1:ActiveMessageCount>",
-            "<d2p1:DeadLetterMessageCount>{dead}</d2p1:DeadLetterMessageCount>",
-            "<d2p1:ScheduledMessageCount>{scheduled}</d2p1:ScheduledMessageCount>",
-            "<d2p1:TransferMessageCount>{transfer}</d2p1:TransferMessageCount>",
-            "<d2p1:TransferDeadLetterMessageCount>{transfer_dead}</d2p1:TransferDeadLetterMessageCount>",
-            "</CountDetails>",
+            "{count_details}",
             "<AutoDeleteOnIdle>{never}</AutoDeleteOnIdle>",
             "<EnablePartitioning>{partitioned}</EnablePartitioning>",
             "<EntityAvailabilityStatus>{availability}</EntityAvailabilityStatus>",
@@ -113,12 +107,13 @@ fn description_element(base: &str, info: &QueueInfo, runtime: Option<&QueueRunti
         status = d.status.as_str(),
         forward_to = forward(&d.forward_to, "ForwardTo"),
         user_metadata = user_metadata,
-        count_ns = COUNT_NS,
-        active = count(|r| r.active_message_count),
-        dead = count(|r| r.dead_letter_message_count),
-        scheduled = count(|r| r.scheduled_message_count),
-        transfer = count(|r| r.transfer_message_count),
-        transfer_dead = count(|r| r.transfer_dead_letter_message_count),
+        count_details = atom::count_details(
+            count(|r| r.active_message_count),
+            count(|r| r.dead_letter_message_count),
+            count(|r| r.scheduled_message_count),
+            count(|r| r.transfer_message_count),
+            count(|r| r.transfer_dead_letter_message_count),
+        ),
         never = crate::timefmt::TIME_SPAN_MAX_XML,
         partitioned = bool_text(d.enable_partitioning),
         availability = availability,
@@ -250,7 +245,7 @@ mod tests {
     fn queue(body: &str) -> Result<(QueueDescription, Omitted), HttpError> {
         match parse_description(body.as_bytes())? {
             (Described::Queue(d), omitted) => Ok((d, omitted)),
-            (Described::Other(kind), _) => panic!("parsed as {kind}"),
+            (other, _) => panic!("parsed as {}", other.kind()),
         }
     }
 
