@@ -25,6 +25,8 @@ pub const MESSAGES_UNMATCHED_TOTAL: &str = "ironbus_broker_messages_unmatched_to
 pub const PARTITIONS_UNAVAILABLE: &str = "ironbus_broker_partitions_unavailable";
 /// Message bodies read back from the store (not in the body cache when delivered or peeked).
 pub const BODIES_READ_TOTAL: &str = "ironbus_store_bodies_read_total";
+/// Bytes of keys and values partitions wrote to their stores (puts; deletes count their keys).
+pub const STORE_WRITTEN_BYTES_TOTAL: &str = "ironbus_store_written_bytes_total";
 /// Time one partition's store write took, in seconds.
 pub const STORE_WRITE_DURATION_SECONDS: &str = "ironbus_store_write_duration_seconds";
 
@@ -124,6 +126,12 @@ pub const CATALOGUE: &[MetricDef] = &[
         name: BODIES_READ_TOTAL,
         kind: MetricKind::Counter,
         help: "Message bodies read back from the store because they were not cached",
+        labels: &[],
+    },
+    MetricDef {
+        name: STORE_WRITTEN_BYTES_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Bytes of keys and values partitions wrote to their stores",
         labels: &[],
     },
     MetricDef {
