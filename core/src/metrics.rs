@@ -3,7 +3,8 @@
 //! only from bounded sets. The server installs an exporter; the core only uses the `metrics`
 //! facade.
 
-/// Messages accepted by the broker (duplicates excluded). Label: `entity_kind`.
+/// Messages accepted by the broker (duplicates excluded). Label: `entity_kind` (queue; topic
+/// for its scheduled messages; subscription for each copy a subscription takes).
 pub const MESSAGES_INCOMING_TOTAL: &str = "ironbus_broker_messages_incoming_total";
 /// Messages handed to receivers (locked or received-and-deleted). Label: `entity_kind`.
 pub const MESSAGES_OUTGOING_TOTAL: &str = "ironbus_broker_messages_outgoing_total";
@@ -21,6 +22,9 @@ pub const DUPLICATES_DROPPED_TOTAL: &str = "ironbus_broker_duplicates_dropped_to
 pub const LOCK_EXPIRATIONS_TOTAL: &str = "ironbus_broker_lock_expirations_total";
 /// Messages published to a topic that no subscription took (accepted and discarded).
 pub const MESSAGES_UNMATCHED_TOTAL: &str = "ironbus_broker_messages_unmatched_total";
+/// Copies of published messages a subscription did not take: its rules did not match, it has
+/// no rules, or its status does not take messages (one per message and subscription).
+pub const MESSAGES_FILTERED_OUT_TOTAL: &str = "ironbus_broker_messages_filtered_out_total";
 /// Partitions currently unavailable (their store cannot serve them).
 pub const PARTITIONS_UNAVAILABLE: &str = "ironbus_broker_partitions_unavailable";
 /// Message bodies read back from the store (not in the body cache when delivered or peeked).
@@ -114,6 +118,12 @@ pub const CATALOGUE: &[MetricDef] = &[
         name: MESSAGES_UNMATCHED_TOTAL,
         kind: MetricKind::Counter,
         help: "Messages published to a topic that no subscription took",
+        labels: &[],
+    },
+    MetricDef {
+        name: MESSAGES_FILTERED_OUT_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Copies of published messages that a subscription did not take",
         labels: &[],
     },
     MetricDef {

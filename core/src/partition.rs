@@ -307,6 +307,7 @@ impl Partition {
             PartitionState::new(journal, cx.partition, cx.description.clone(), cx.cache.clone());
         let topic = cx.topic.take().map(|(lanes, filtering)| {
             state.shared_bodies = true;
+            state.entity_kind = "topic";
             let mut topic = TopicPart::new(cx.entity_name.clone(), filtering);
             for lane in lanes {
                 topic.add_lane(&cx, lane);

@@ -61,6 +61,8 @@ pub(crate) struct PartitionState {
     /// publish, so a removal reports the body in `fx.released` instead of deleting it, and the
     /// body sweep is the actor's.
     pub(crate) shared_bodies: bool,
+    /// The kind of entity whose lane this is, as the metrics label it.
+    pub(crate) entity_kind: &'static str,
     /// What the cycle under way decided; the actor carries it out.
     pub(crate) fx: Effects,
 }
@@ -87,6 +89,7 @@ impl PartitionState {
             receivers: SubQueues::default(),
             next_receiver: SubQueues::default(),
             shared_bodies: false,
+            entity_kind: "queue",
             fx: Effects::new(journal),
         }
     }
@@ -172,7 +175,7 @@ impl PartitionState {
     /// Ends the cycle's decisions: counts go to the metrics, the partition record and the
     /// body sweep join the journal if they are due.
     pub(crate) fn end_cycle(&mut self) {
-        self.fx.tally.record();
+        self.fx.tally.record(self.entity_kind);
         if std::mem::take(&mut self.counter_dirty) {
             self.fx.journal.put_counter(self.last_counter);
         }

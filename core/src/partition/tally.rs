@@ -23,15 +23,16 @@ impl Tally {
         }
     }
 
-    /// Adds the cycle's counts to the metrics and starts again from zero.
-    pub(crate) fn record(&mut self) {
+    /// Adds the cycle's counts to the metrics, labelled with the kind of entity the lane
+    /// belongs to (queue, topic, subscription), and starts again from zero.
+    pub(crate) fn record(&mut self, entity_kind: &'static str) {
         let tally = std::mem::take(self);
         if tally.incoming > 0 {
-            metrics::counter!(m::MESSAGES_INCOMING_TOTAL, "entity_kind" => "queue")
+            metrics::counter!(m::MESSAGES_INCOMING_TOTAL, "entity_kind" => entity_kind)
                 .increment(tally.incoming);
         }
         if tally.outgoing > 0 {
-            metrics::counter!(m::MESSAGES_OUTGOING_TOTAL, "entity_kind" => "queue")
+            metrics::counter!(m::MESSAGES_OUTGOING_TOTAL, "entity_kind" => entity_kind)
                 .increment(tally.outgoing);
         }
         for (outcome, count) in SETTLEMENT_OUTCOMES.iter().zip(tally.settlements) {

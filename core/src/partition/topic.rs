@@ -73,6 +73,7 @@ impl TopicPart {
             cx.cache.clone(),
         );
         state.shared_bodies = true;
+        state.entity_kind = "subscription";
         let sub = SubLane { id: lane.id, shared: lane.shared, config: lane.config, state };
         match self.lanes.binary_search_by_key(&lane.id, |l| l.id) {
             Ok(i) => self.lanes[i] = sub,
@@ -181,7 +182,11 @@ impl TopicPart {
         enqueued_time: Timestamp,
     ) {
         let mut uses = 0u32;
+        let mut filtered_out = 0u64;
         for (lane, route) in self.lanes.iter_mut().zip(routes) {
+            if !route.takes_any() {
+                filtered_out += 1;
+            }
             if let Some(failure) = route.failure {
                 if lane.config.dead_letter_filter_errors {
                     metrics::counter!(m::DEAD_LETTERED_TOTAL, "reason" => "filter").increment(1);
@@ -215,6 +220,9 @@ impl TopicPart {
                 lane.state.insert_copy(SubQueue::Main, copy_seq, copy, enqueued_time, false, None);
                 self.refs.insert(copy_seq, 1);
             }
+        }
+        if filtered_out > 0 {
+            metrics::counter!(m::MESSAGES_FILTERED_OUT_TOTAL).increment(filtered_out);
         }
         if uses > 0 {
             topic.fx.journal.put_body(seq, message);
