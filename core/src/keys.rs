@@ -12,6 +12,10 @@
 //! p <entity id u64> <partition u16> u <dedup key> duplicate-detection entry (expiry)
 //! ```
 //!
+//! A topic's partition *i* keeps its published bodies (and its scheduled messages' meta
+//! records) under the topic's id; each subscription's copies are meta records under the
+//! subscription's id and the same partition *i*, written to the topic partition's store.
+//!
 //! **Architecture Invariant:** integers in keys are big-endian so byte order is numeric order;
 //! everything of one partition shares the prefix [`partition_prefix`], and everything of one
 //! entity the prefix [`entity_prefix`], so deleting either is one range delete. A message has
