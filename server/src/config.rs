@@ -1,15 +1,23 @@
 //! Entities declared at start-up in the Microsoft Service Bus emulator's `config.json` format:
-//! `UserConfig → Namespaces → Queues / Topics`, each queue with a `Name` and `Properties`.
+//! `UserConfig → Namespaces → Queues / Topics`, each queue with a `Name` and `Properties`, each
+//! topic with a `Name`, `Properties` and `Subscriptions` (`Name`, `Properties`, `Rules`; a rule
+//! has a `Name` and `Properties` with `FilterType` `Sql` or `Correlation`, `SqlFilter`,
+//! `CorrelationFilter` and an optional `Action`).
 //!
-//! What ironbus cannot do yet (topics, sessions) is refused with a clear message rather than
-//! ignored. Loading is idempotent: an entity that already exists keeps its messages; missing
-//! ones are created.
+//! What ironbus cannot do yet (sessions) is refused with a clear message rather than ignored.
+//! Loading is idempotent: an entity that already exists keeps its messages (and its rules);
+//! missing ones are created. A subscription that declares rules gets those rules instead of
+//! `$Default` (as a `DefaultRuleDescription` on an ATOM create does).
 
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use ironbus_core::{Broker, BrokerError, EntityStatus, QueueDescription};
-use serde_json::Value;
+use ironbus_core::{
+    Broker, BrokerError, CorrelationFilterDescription, EntityDescription, EntityPath, EntityStatus,
+    PropertyValue, QueueDescription, RuleAction, RuleDescription, RuleFilter,
+    SubscriptionDescription, TopicDescription,
+};
+use serde_json::{Map, Value};
 
 /// A queue the file declares.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,8 +26,43 @@ pub struct DeclaredQueue {
     pub description: QueueDescription,
 }
 
-/// Parses the file's text into the queues it declares.
-pub fn parse(text: &str) -> Result<Vec<DeclaredQueue>> {
+/// A topic the file declares, with its subscriptions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeclaredTopic {
+    pub name: String,
+    pub description: TopicDescription,
+    pub subscriptions: Vec<DeclaredSubscription>,
+}
+
+/// A subscription the file declares, with its rules (none: `$Default`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeclaredSubscription {
+    pub name: String,
+    pub description: SubscriptionDescription,
+    pub rules: Vec<(String, RuleDescription)>,
+}
+
+/// Everything the file declares.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Declared {
+    pub queues: Vec<DeclaredQueue>,
+    pub topics: Vec<DeclaredTopic>,
+}
+
+impl Declared {
+    /// Queues, topics, subscriptions and rules declared.
+    pub fn entity_count(&self) -> usize {
+        self.queues.len()
+            + self
+                .topics
+                .iter()
+                .map(|t| 1 + t.subscriptions.iter().map(|s| 1 + s.rules.len()).sum::<usize>())
+                .sum::<usize>()
+    }
+}
+
+/// Parses the file's text into the entities it declares.
+pub fn parse(text: &str) -> Result<Declared> {
     let root: Value = serde_json::from_str(text).context("config is not valid JSON")?;
     let namespaces = root
         .get("UserConfig")
@@ -27,11 +70,10 @@ pub fn parse(text: &str) -> Result<Vec<DeclaredQueue>> {
         .and_then(Value::as_array)
         .context("config needs UserConfig.Namespaces (the emulator's config.json format)")?;
     let mut queues = Vec::new();
+    let mut topics = Vec::new();
     for namespace in namespaces {
-        if let Some(topics) = namespace.get("Topics").and_then(Value::as_array) {
-            if !topics.is_empty() {
-                bail!("config declares topics; ironbus does not support topics yet (only queues)");
-            }
+        for topic in namespace.get("Topics").and_then(Value::as_array).into_iter().flatten() {
+            topics.push(declared_topic(topic)?);
         }
         let Some(list) = namespace.get("Queues").and_then(Value::as_array) else { continue };
         for queue in list {
@@ -45,7 +87,234 @@ pub fn parse(text: &str) -> Result<Vec<DeclaredQueue>> {
             queues.push(DeclaredQueue { name, description });
         }
     }
-    Ok(queues)
+    Ok(Declared { queues, topics })
+}
+
+fn name_of(entity: &Value, what: &str) -> Result<String> {
+    Ok(entity
+        .get("Name")
+        .and_then(Value::as_str)
+        .with_context(|| format!("every {what} needs a Name"))?
+        .to_owned())
+}
+
+fn properties(entity: &Value) -> Result<Option<&Map<String, Value>>> {
+    match entity.get("Properties") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(map)) => Ok(Some(map)),
+        Some(_) => bail!("Properties must be an object"),
+    }
+}
+
+fn declared_topic(topic: &Value) -> Result<DeclaredTopic> {
+    let name = name_of(topic, "topic")?;
+    let context = || format!("topic {name}");
+    let description =
+        topic_description(properties(topic).with_context(context)?).with_context(context)?;
+    let mut subscriptions = Vec::new();
+    for sub in topic.get("Subscriptions").and_then(Value::as_array).into_iter().flatten() {
+        let sub_name = name_of(sub, "subscription").with_context(context)?;
+        let context = || format!("topic {name}, subscription {sub_name}");
+        let description = subscription_description(properties(sub).with_context(context)?)
+            .with_context(context)?;
+        let mut rules = Vec::new();
+        for rule in sub.get("Rules").and_then(Value::as_array).into_iter().flatten() {
+            let rule_name = name_of(rule, "rule").with_context(context)?;
+            let description = rule_description(properties(rule)?).with_context(|| {
+                format!("topic {name}, subscription {sub_name}, rule {rule_name}")
+            })?;
+            rules.push((rule_name, description));
+        }
+        subscriptions.push(DeclaredSubscription { name: sub_name, description, rules });
+    }
+    Ok(DeclaredTopic { name, description, subscriptions })
+}
+
+/// One property's value, typed, with errors naming it.
+struct Prop<'a> {
+    key: &'a str,
+    value: &'a Value,
+}
+
+impl Prop<'_> {
+    fn text(&self) -> Result<&str> {
+        self.value.as_str().with_context(|| format!("{} must be a string", self.key))
+    }
+    fn flag(&self) -> Result<bool> {
+        self.value.as_bool().with_context(|| format!("{} must be true or false", self.key))
+    }
+    fn number(&self) -> Result<u64> {
+        self.value.as_u64().with_context(|| format!("{} must be a whole number", self.key))
+    }
+    fn duration(&self) -> Result<Duration> {
+        iso_duration(self.text()?)
+    }
+    fn target(&self) -> Result<Option<String>> {
+        Ok(Some(self.text()?.to_owned()).filter(|s| !s.is_empty()))
+    }
+    fn status(&self) -> Result<EntityStatus> {
+        Ok(match self.text()? {
+            "Active" => EntityStatus::Active,
+            "Disabled" => EntityStatus::Disabled,
+            "SendDisabled" => EntityStatus::SendDisabled,
+            "ReceiveDisabled" => EntityStatus::ReceiveDisabled,
+            other => bail!(
+                "Status {other:?} is not one of Active, Disabled, SendDisabled, ReceiveDisabled"
+            ),
+        })
+    }
+}
+
+fn topic_description(props: Option<&Map<String, Value>>) -> Result<TopicDescription> {
+    let mut d = TopicDescription::default();
+    for (key, value) in props.into_iter().flatten() {
+        let p = Prop { key, value };
+        match key.as_str() {
+            "DefaultMessageTimeToLive" => d.default_message_time_to_live = p.duration()?,
+            "DuplicateDetectionHistoryTimeWindow" => {
+                d.duplicate_detection_history_time_window = p.duration()?
+            }
+            "RequiresDuplicateDetection" => d.requires_duplicate_detection = p.flag()?,
+            "EnablePartitioning" => d.enable_partitioning = p.flag()?,
+            "PartitionCount" => d.partition_count = p.number()?.try_into()?,
+            "MaxSizeInMegabytes" => d.max_size_in_megabytes = p.number()?,
+            "MaxMessageSizeInKilobytes" => d.max_message_size_in_kilobytes = p.number()?,
+            "EnableBatchedOperations" => d.enable_batched_operations = p.flag()?,
+            "FilteringMessagesBeforePublishing" => {
+                d.filtering_messages_before_publishing = p.flag()?
+            }
+            "SupportOrdering" => d.support_ordering = p.flag()?,
+            "AutoDeleteOnIdle" => d.auto_delete_on_idle = p.duration()?,
+            "Status" => d.status = p.status()?,
+            "UserMetadata" => d.user_metadata = Some(p.text()?.to_owned()),
+            other => bail!("unknown topic property {other}"),
+        }
+    }
+    Ok(d)
+}
+
+fn subscription_description(props: Option<&Map<String, Value>>) -> Result<SubscriptionDescription> {
+    let mut d = SubscriptionDescription::default();
+    for (key, value) in props.into_iter().flatten() {
+        let p = Prop { key, value };
+        match key.as_str() {
+            "DeadLetteringOnMessageExpiration" => {
+                d.dead_lettering_on_message_expiration = p.flag()?
+            }
+            "DeadLetteringOnFilterEvaluationExceptions" => {
+                d.dead_lettering_on_filter_evaluation_exceptions = p.flag()?
+            }
+            "DefaultMessageTimeToLive" => d.default_message_time_to_live = p.duration()?,
+            "LockDuration" => d.lock_duration = p.duration()?,
+            "MaxDeliveryCount" => d.max_delivery_count = p.number()?.try_into()?,
+            "ForwardDeadLetteredMessagesTo" => d.forward_dead_lettered_messages_to = p.target()?,
+            "ForwardTo" => d.forward_to = p.target()?,
+            "RequiresSession" => {
+                if p.flag()? {
+                    bail!("RequiresSession: sessions are not supported by ironbus yet");
+                }
+            }
+            "EnableBatchedOperations" => d.enable_batched_operations = p.flag()?,
+            "AutoDeleteOnIdle" => d.auto_delete_on_idle = p.duration()?,
+            "Status" => d.status = p.status()?,
+            "UserMetadata" => d.user_metadata = Some(p.text()?.to_owned()),
+            other => bail!("unknown subscription property {other}"),
+        }
+    }
+    Ok(d)
+}
+
+/// A rule's `Properties`: `FilterType` (`Sql` or `Correlation`; none: a True filter), the
+/// filter of that type, and an optional SQL `Action`.
+fn rule_description(props: Option<&Map<String, Value>>) -> Result<RuleDescription> {
+    let Some(props) = props else { return Ok(RuleDescription::default()) };
+    let object = |key: &str| -> Result<Option<&Map<String, Value>>> {
+        match props.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(map)) => Ok(Some(map)),
+            Some(_) => bail!("{key} must be an object"),
+        }
+    };
+    let expression = |map: &Map<String, Value>, what: &str| -> Result<String> {
+        map.get("SqlExpression")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .with_context(|| format!("{what} needs a SqlExpression string"))
+    };
+    for key in props.keys() {
+        if !matches!(key.as_str(), "FilterType" | "SqlFilter" | "CorrelationFilter" | "Action") {
+            bail!("unknown rule property {key}");
+        }
+    }
+    let filter_type = props.get("FilterType").and_then(Value::as_str);
+    let filter = match filter_type {
+        None if props.get("FilterType").is_some() => bail!("FilterType must be a string"),
+        None => RuleFilter::True,
+        Some(t) if t.eq_ignore_ascii_case("Sql") => {
+            let sql = object("SqlFilter")?.context("FilterType Sql needs a SqlFilter")?;
+            RuleFilter::Sql { expression: expression(sql, "SqlFilter")?, parameters: Vec::new() }
+        }
+        Some(t) if t.eq_ignore_ascii_case("Correlation") => {
+            let c = object("CorrelationFilter")?
+                .context("FilterType Correlation needs a CorrelationFilter")?;
+            correlation_filter(c)?
+        }
+        Some(other) => bail!("FilterType {other:?} is not Sql or Correlation"),
+    };
+    let action = match object("Action")? {
+        None => None,
+        Some(a) => {
+            Some(RuleAction { expression: expression(a, "Action")?, parameters: Vec::new() })
+        }
+    };
+    Ok(RuleDescription { filter, action })
+}
+
+fn correlation_filter(c: &Map<String, Value>) -> Result<RuleFilter> {
+    let mut f = CorrelationFilterDescription::default();
+    for (key, value) in c {
+        let p = Prop { key, value };
+        let text = || p.target();
+        match key.as_str() {
+            "CorrelationId" => f.correlation_id = text()?,
+            "MessageId" => f.message_id = text()?,
+            "To" => f.to = text()?,
+            "ReplyTo" => f.reply_to = text()?,
+            "Label" | "Subject" => f.subject = text()?,
+            "SessionId" => f.session_id = text()?,
+            "ReplyToSessionId" => f.reply_to_session_id = text()?,
+            "ContentType" => f.content_type = text()?,
+            "Properties" => {
+                let Some(map) = value.as_object() else {
+                    bail!("CorrelationFilter.Properties must be an object")
+                };
+                for (name, v) in map {
+                    f.properties.push((name.clone(), property_value(name, v)?));
+                }
+            }
+            other => bail!("unknown correlation filter property {other}"),
+        }
+    }
+    Ok(RuleFilter::Correlation(f))
+}
+
+/// A JSON value as an application property value: strings, booleans, whole numbers (int when
+/// they fit, else long) and other numbers (double).
+fn property_value(name: &str, value: &Value) -> Result<PropertyValue> {
+    Ok(match value {
+        Value::String(s) => PropertyValue::String(s.clone()),
+        Value::Bool(b) => PropertyValue::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => match i32::try_from(i) {
+                Ok(small) => PropertyValue::Int(small),
+                Err(_) => PropertyValue::Long(i),
+            },
+            (None, Some(f)) => PropertyValue::Double(f),
+            _ => bail!("property {name}: {n} is out of range"),
+        },
+        Value::Null => PropertyValue::Null,
+        _ => bail!("property {name} must be a string, number or boolean"),
+    })
 }
 
 /// The name of the (first) namespace the file declares, which `$namespaceinfo` reports.
@@ -138,12 +407,13 @@ pub fn iso_duration(text: &str) -> Result<Duration> {
     Ok(Duration::from_millis(millis.floor() as u64))
 }
 
-/// Creates the declared queues that do not exist yet. Existing ones are left as they are
+/// Creates the declared entities that do not exist yet. Existing ones are left as they are
 /// (their messages kept). Returns how many were created.
-pub async fn apply(broker: &Broker, queues: &[DeclaredQueue]) -> Result<usize> {
+pub async fn apply(broker: &Broker, declared: &Declared) -> Result<usize> {
     let mut created = 0;
-    // Forward targets must exist first: create queues without forwarding before the others.
-    let mut ordered: Vec<&DeclaredQueue> = queues.iter().collect();
+    // Forward targets must exist first: create queues without forwarding before the others,
+    // and subscriptions (which may forward to queues) after every queue.
+    let mut ordered: Vec<&DeclaredQueue> = declared.queues.iter().collect();
     ordered.sort_by_key(|q| {
         q.description.forward_to.is_some()
             || q.description.forward_dead_lettered_messages_to.is_some()
@@ -153,6 +423,42 @@ pub async fn apply(broker: &Broker, queues: &[DeclaredQueue]) -> Result<usize> {
             Ok(_) => created += 1,
             Err(BrokerError::EntityAlreadyExists { .. }) => {}
             Err(e) => return Err(e).with_context(|| format!("creating queue {}", queue.name)),
+        }
+    }
+    for topic in &declared.topics {
+        created += apply_topic(broker, topic).await?;
+    }
+    Ok(created)
+}
+
+/// Creates a topic, its subscriptions and their rules, those missing.
+async fn apply_topic(broker: &Broker, topic: &DeclaredTopic) -> Result<usize> {
+    let parse =
+        |p: &str| EntityPath::parse(p).with_context(|| format!("{p:?} is not a valid entity path"));
+    let mut created = 0;
+    let path = parse(&topic.name)?;
+    match broker.create_entity(&path, EntityDescription::Topic(topic.description.clone())).await {
+        Ok(_) => created += 1,
+        Err(BrokerError::EntityAlreadyExists { .. }) => {}
+        Err(e) => return Err(e).with_context(|| format!("creating topic {}", topic.name)),
+    }
+    for sub in &topic.subscriptions {
+        let sub_path = parse(&format!("{}/Subscriptions/{}", topic.name, sub.name))?;
+        let context = || format!("creating subscription {sub_path}");
+        let mut rules = sub.rules.iter();
+        let first = rules.next().cloned();
+        match broker.create_subscription(&sub_path, sub.description.clone(), first).await {
+            Ok(_) => created += 1,
+            // An existing subscription keeps the rules it has.
+            Err(BrokerError::EntityAlreadyExists { .. }) => continue,
+            Err(e) => return Err(e).with_context(context),
+        }
+        for (name, rule) in rules {
+            let rule_path = parse(&format!("{sub_path}/Rules/{name}"))?;
+            match broker.create_entity(&rule_path, EntityDescription::Rule(rule.clone())).await {
+                Ok(_) => created += 1,
+                Err(e) => return Err(e).with_context(|| format!("creating rule {rule_path}")),
+            }
         }
     }
     Ok(created)
@@ -200,7 +506,7 @@ mod tests {
               "MaxDeliveryCount": 3, "RequiresDuplicateDetection": true, "RequiresSession": false,
               "EnablePartitioning": true, "PartitionCount": 4}},
             {"Name": "q2"}], "Topics": []}], "Logging": {"Type": "File"}}}"#;
-        let queues = parse(text).unwrap();
+        let queues = parse(text).unwrap().queues;
         assert_eq!(queues.len(), 2);
         let d = &queues[0].description;
         assert!(d.dead_lettering_on_message_expiration && d.requires_duplicate_detection);
@@ -212,9 +518,83 @@ mod tests {
     }
 
     #[test]
+    fn emulator_config_declares_topics_subscriptions_and_rules() {
+        // The shape of Microsoft's emulator sample config.
+        let text = r#"{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [], "Topics": [
+            {"Name": "topic.1", "Properties": {"DefaultMessageTimeToLive": "PT1H",
+               "DuplicateDetectionHistoryTimeWindow": "PT20S", "RequiresDuplicateDetection": false},
+             "Subscriptions": [
+               {"Name": "subscription.1", "Properties": {"DeadLetteringOnMessageExpiration": false,
+                  "DefaultMessageTimeToLive": "PT1H", "LockDuration": "PT1M", "MaxDeliveryCount": 3,
+                  "ForwardDeadLetteredMessagesTo": "", "ForwardTo": "", "RequiresSession": false},
+                "Rules": [
+                  {"Name": "app-prop-filter-1", "Properties": {"FilterType": "Correlation",
+                     "CorrelationFilter": {"ContentType": "application/text", "CorrelationId": "id1",
+                       "Label": "subject1", "MessageId": "msgid1", "ReplyTo": "someQueue",
+                       "ReplyToSessionId": "sessionId", "SessionId": "session1", "To": "xyz",
+                       "Properties": {"prop1": "value1", "n": 5, "big": 5000000000, "f": 1.5, "b": true}}}},
+                  {"Name": "sql-filter-1", "Properties": {"FilterType": "Sql",
+                     "SqlFilter": {"SqlExpression": "color = 'red'"},
+                     "Action": {"SqlExpression": "SET sys.Label = 'x'"}}}]},
+               {"Name": "subscription.2"}]}]}]}}"#;
+        let declared = parse(text).unwrap();
+        assert!(declared.queues.is_empty());
+        let topic = &declared.topics[0];
+        assert_eq!(topic.name, "topic.1");
+        assert_eq!(topic.description.default_message_time_to_live, Duration::from_secs(3600));
+        let sub = &topic.subscriptions[0];
+        assert_eq!(sub.description.max_delivery_count, 3);
+        assert_eq!(sub.rules.len(), 2);
+        let RuleFilter::Correlation(c) = &sub.rules[0].1.filter else { panic!() };
+        assert_eq!(c.subject.as_deref(), Some("subject1"));
+        assert_eq!(c.to.as_deref(), Some("xyz"));
+        assert!(c.properties.contains(&("n".into(), PropertyValue::Int(5))));
+        assert!(c.properties.contains(&("big".into(), PropertyValue::Long(5_000_000_000))));
+        assert!(c.properties.contains(&("f".into(), PropertyValue::Double(1.5))));
+        let (name, sql) = &sub.rules[1];
+        assert_eq!(name, "sql-filter-1");
+        assert!(
+            matches!(&sql.filter, RuleFilter::Sql { expression, .. } if expression == "color = 'red'")
+        );
+        assert_eq!(sql.action.as_ref().unwrap().expression, "SET sys.Label = 'x'");
+        assert!(topic.subscriptions[1].rules.is_empty());
+        assert_eq!(declared.entity_count(), 1 + 2 + 2);
+
+        let bad = r#"{"UserConfig": {"Namespaces": [{"Name": "n", "Topics": [{"Name": "t", "Subscriptions": [{"Name": "s", "Rules": [{"Name": "r", "Properties": {"FilterType": "Regex"}}]}]}]}]}}"#;
+        assert!(format!("{:#}", parse(bad).unwrap_err()).contains("Regex"));
+    }
+
+    #[tokio::test]
+    async fn declared_topics_are_created_once_with_their_rules() {
+        let text = r#"{"UserConfig": {"Namespaces": [{"Name": "n", "Topics": [{"Name": "t",
+            "Subscriptions": [{"Name": "s1"}, {"Name": "s2", "Rules": [
+              {"Name": "a", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "1=1"}}},
+              {"Name": "b", "Properties": {"FilterType": "Correlation", "CorrelationFilter": {"Label": "x"}}}]}]}]}]}}"#;
+        let declared = parse(text).unwrap();
+        let broker = ironbus_core::Broker::open(
+            std::sync::Arc::new(ironbus_store_memory::MemoryStore::new()),
+            std::sync::Arc::new(ironbus_core::SystemClock),
+            ironbus_core::NamespaceLimits::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(apply(&broker, &declared).await.unwrap(), 1 + 2 + 1);
+        assert_eq!(apply(&broker, &declared).await.unwrap(), 0);
+        let names = |p: &str| {
+            let broker = broker.clone();
+            let p = EntityPath::parse(p).unwrap();
+            async move {
+                let children = broker.list_children(&p, 0, 100).await.unwrap();
+                children.iter().map(|e| e.path.name().to_owned()).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(names("t").await, ["s1", "s2"]);
+        assert_eq!(names("t/Subscriptions/s1").await, ["$Default"]);
+        assert_eq!(names("t/Subscriptions/s2").await, ["a", "b"]);
+    }
+
+    #[test]
     fn unsupported_parts_are_refused_clearly() {
-        let topics = r#"{"UserConfig": {"Namespaces": [{"Name": "n", "Queues": [], "Topics": [{"Name": "t"}]}]}}"#;
-        assert!(parse(topics).unwrap_err().to_string().contains("topics"));
         let sessions = r#"{"UserConfig": {"Namespaces": [{"Name": "n", "Queues": [{"Name": "q", "Properties": {"RequiresSession": true}}]}]}}"#;
         assert!(format!("{:#}", parse(sessions).unwrap_err()).contains("sessions"));
         let unknown = r#"{"UserConfig": {"Namespaces": [{"Name": "n", "Queues": [{"Name": "q", "Properties": {"Bogus": 1}}]}]}}"#;

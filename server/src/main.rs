@@ -168,9 +168,15 @@ async fn main() -> anyhow::Result<()> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config {}", path.display()))?;
         namespace = config::namespace_name(&text);
-        let queues = config::parse(&text).with_context(|| format!("config {}", path.display()))?;
-        let created = config::apply(&broker, &queues).await?;
-        tracing::info!(declared = queues.len(), created, "entities from {}", path.display());
+        let declared =
+            config::parse(&text).with_context(|| format!("config {}", path.display()))?;
+        let created = config::apply(&broker, &declared).await?;
+        tracing::info!(
+            declared = declared.entity_count(),
+            created,
+            "entities from {}",
+            path.display()
+        );
     }
 
     let authorizer = Arc::new(authorizer);
