@@ -80,19 +80,25 @@ pub enum EvalErrorKind {
 /// A filter or action that failed on one message. The subscription dead-letters its copy with
 /// [`exception_type`](Self::exception_type) as `DeadLetterReason` and
 /// [`description`](Self::description) as `DeadLetterErrorDescription` (sql-filter.md §9.2).
+///
+/// One pointer wide (the details are boxed), so the evaluator's `Result`s stay small on the
+/// path that does not fail.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EvalError {
+pub struct EvalError(Box<EvalErrorInner>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct EvalErrorInner {
     kind: EvalErrorKind,
     description: String,
 }
 
 impl EvalError {
     pub(crate) fn new(kind: EvalErrorKind, description: impl Into<String>) -> Self {
-        Self { kind, description: description.into() }
+        Self(Box::new(EvalErrorInner { kind, description: description.into() }))
     }
 
     pub fn kind(&self) -> EvalErrorKind {
-        self.kind
+        self.0.kind
     }
 
     /// The .NET exception type name Service Bus reports as the dead-letter reason.
@@ -100,7 +106,7 @@ impl EvalError {
     /// what the .NET engine would throw (`DivideByZeroException`), and `RuleActionException`
     /// (the classic SDK's type for action failures) for actions.
     pub fn exception_type(&self) -> &'static str {
-        match self.kind {
+        match self.0.kind {
             EvalErrorKind::UnknownSystemProperty | EvalErrorKind::InvalidEscape => {
                 "FilterException"
             }
@@ -112,13 +118,13 @@ impl EvalError {
     }
 
     pub fn description(&self) -> &str {
-        &self.description
+        &self.0.description
     }
 }
 
 impl fmt::Display for EvalError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.exception_type(), self.description)
+        write!(f, "{}: {}", self.exception_type(), self.0.description)
     }
 }
 
