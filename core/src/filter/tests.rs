@@ -1034,9 +1034,9 @@ proptest! {
 
     #[test]
     fn like_agrees_with_a_naive_matcher(
-        text in "[ab%_!]{0,8}",
-        pattern in "[ab%_!]{0,6}",
-        escape in prop::option::of(Just('!')),
+        text in "[ab%_!é😀]{0,8}",
+        pattern in "[ab%_!é😀]{0,6}",
+        escape in prop::option::of(prop::sample::select(vec!['!', 'é', '%', '_'])),
     ) {
         prop_assert_eq!(
             value::like(&text, &pattern, escape),
@@ -1083,5 +1083,21 @@ fn naive_like(t: &[char], p: &[char], escape: Option<char>) -> bool {
         Some('%') => (0..=t.len()).any(|i| naive_like(&t[i..], &p[1..], escape)),
         Some('_') => !t.is_empty() && naive_like(&t[1..], &p[1..], escape),
         Some(&c) => t.first() == Some(&c) && naive_like(&t[1..], &p[1..], escape),
+    }
+}
+
+#[test]
+fn longest_flat_chains_parse_print_and_evaluate() {
+    // Left-associative chains are loops in the parser, not recursion: no nesting limit applies,
+    // and the 1,024-character limit bounds the tree's depth.
+    let sum = format!("a{} = 1", " + a".repeat(250));
+    assert!(sum.chars().count() <= MAX_EXPRESSION_CHARS);
+    let ors = vec!["a = 1"; 110].join(" OR ");
+    let list = format!("a IN ({})", vec!["1"; 300].join(","));
+    let m = msg(&[("a", Int(1))]);
+    for text in [sum, ors, list] {
+        round_trip_if_valid(&text);
+        let f = SqlFilter::parse(&text, &no_params()).unwrap();
+        assert!(f.evaluate(&EvalContext::new(&m)).is_ok());
     }
 }

@@ -81,6 +81,7 @@ pub enum Value<'a> {
 }
 
 impl<'a> Value<'a> {
+    #[inline]
     pub fn from_property(v: &'a PropertyValue) -> Value<'a> {
         match v {
             PropertyValue::Null => Value::Null,
@@ -103,6 +104,7 @@ impl<'a> Value<'a> {
         }
     }
 
+    #[inline]
     pub fn from_literal(l: &'a Literal) -> Value<'a> {
         match l {
             Literal::Null => Value::Null,
@@ -172,6 +174,7 @@ enum Comparison {
     Incomparable,
 }
 
+#[inline]
 fn compare_values(l: &Value<'_>, r: &Value<'_>) -> Comparison {
     match (l, r) {
         (Value::Int(a), Value::Int(b)) => Comparison::Ordered(a.cmp(b)),
@@ -195,6 +198,7 @@ fn compare_values(l: &Value<'_>, r: &Value<'_>) -> Comparison {
 }
 
 /// `l op r` under §5.2: mismatched kinds and nulls are unknown, never an error.
+#[inline]
 pub fn compare(op: CompareOp, l: &Value<'_>, r: &Value<'_>) -> Tri {
     match compare_values(l, r) {
         Comparison::Ordered(o) => Tri::from_bool(match op {
@@ -282,37 +286,43 @@ pub fn sign(negate: bool, v: Value<'_>) -> Value<'_> {
 
 /// Whether all of `text` matches `pattern`: `%` any run, `_` one character, `escape` makes the
 /// next pattern character literal (a trailing escape character matches itself). Ordinal and
-/// case-sensitive; no allocation (backtracks to the last `%` only, so it is O(n·m) at worst).
+/// case-sensitive; no allocation. Works on the UTF-8 bytes, stepping whole characters;
+/// backtracks to the last `%` only, so it is O(n·m) at worst.
 pub fn like(text: &str, pattern: &str, escape: Option<char>) -> bool {
-    let t: &[u8] = text.as_bytes();
-    let p: &[u8] = pattern.as_bytes();
+    let mut buf = [0u8; 4];
+    let esc: &[u8] = match escape {
+        Some(c) => c.encode_utf8(&mut buf).as_bytes(),
+        None => &[],
+    };
+    let (t, p) = (text.as_bytes(), pattern.as_bytes());
     let (mut ti, mut pi) = (0usize, 0usize);
     // Where to resume after the last `%`: (pattern index after it, text index it matched to).
     let mut star: Option<(usize, usize)> = None;
     loop {
         if pi < p.len() {
-            let (pc, plen) = char_at(pattern, pi);
-            let escaped = Some(pc) == escape;
-            if !escaped && pc == '%' {
-                star = Some((pi + plen, ti));
-                pi += plen;
+            let escaped = !esc.is_empty() && p[pi..].starts_with(esc);
+            if !escaped && p[pi] == b'%' {
+                star = Some((pi + 1, ti));
+                pi += 1;
                 continue;
             }
             if ti < t.len() {
-                let (tc, tlen) = char_at(text, ti);
-                let (matches, step) = if escaped {
-                    if pi + plen < p.len() {
-                        let (lit, llen) = char_at(pattern, pi + plen);
-                        (tc == lit, plen + llen)
-                    } else {
-                        (tc == pc, plen)
+                let t_end = ti + utf8_len(t[ti]);
+                let (literal, p_end) = if escaped {
+                    let start = pi + esc.len();
+                    match p.get(start) {
+                        Some(&b) => (start, start + utf8_len(b)),
+                        None => (pi, start),
                     }
                 } else {
-                    (pc == '_' || pc == tc, plen)
+                    (pi, pi + utf8_len(p[pi]))
                 };
+                let matches = (!escaped && p[pi] == b'_')
+                    || (t_end - ti == 1 && p_end - literal == 1 && t[ti] == p[literal])
+                    || (t_end - ti > 1 && t.get(ti..t_end) == p.get(literal..p_end));
                 if matches {
-                    ti += tlen;
-                    pi += step;
+                    ti = t_end;
+                    pi = p_end;
                     continue;
                 }
             }
@@ -322,18 +332,22 @@ pub fn like(text: &str, pattern: &str, escape: Option<char>) -> bool {
         // Mismatch: let the last `%` swallow one more character.
         match star {
             Some((after, matched)) if matched < t.len() => {
-                let (_, len) = char_at(text, matched);
-                star = Some((after, matched + len));
+                let next = matched + utf8_len(t[matched]);
+                star = Some((after, next));
                 pi = after;
-                ti = matched + len;
+                ti = next;
             }
             _ => return false,
         }
     }
 }
 
-/// The character starting at byte `i` of `s` and its length; `i` is always a boundary.
-fn char_at(s: &str, i: usize) -> (char, usize) {
-    let c = s.get(i..).and_then(|rest| rest.chars().next()).unwrap_or('\0');
-    (c, c.len_utf8().max(1))
+/// The length of the UTF-8 sequence a leading byte starts.
+fn utf8_len(lead: u8) -> usize {
+    match lead {
+        0xF0.. => 4,
+        0xE0.. => 3,
+        0xC0.. => 2,
+        _ => 1,
+    }
 }
