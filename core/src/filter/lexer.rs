@@ -261,6 +261,9 @@ impl Lexer<'_> {
     }
 
     /// `digits [. digits] [E [+|-] digits]`: an Int64 without `.` or exponent, else a double.
+    /// Signs are operators, so `-9223372036854775808` is out of range (inferred, as the
+    /// contract says: out-of-range integers are a parse error); a double that overflows to
+    /// infinity is refused too.
     fn number(&mut self) -> Result<TokenKind, FilterError> {
         let (start, line, column) = (self.pos, self.line, self.column);
         let mut is_double = false;

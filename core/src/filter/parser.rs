@@ -66,9 +66,6 @@ pub(crate) fn parse_action(
     let mut p = parser(source, parameters)?;
     let mut statements = Vec::new();
     loop {
-        while p.at(&TokenKind::Semicolon) && !statements.is_empty() {
-            p.pos += 1;
-        }
         if p.at(&TokenKind::Eof) && !statements.is_empty() {
             return Ok(statements);
         }
@@ -96,6 +93,10 @@ pub(crate) fn parse_action(
             ));
         }
         statements.push(statement);
+        // One optional `;` after each statement.
+        if p.at(&TokenKind::Semicolon) {
+            p.advance();
+        }
     }
 }
 

@@ -391,7 +391,18 @@ fn action_limits_32_statements_and_1024_characters() {
 
 #[test]
 fn action_empty_or_only_semicolons_is_refused() {
-    for text in ["", ";", "  ", "SET", "SET a", "SET a =", "REMOVE", "SET SET = 1"] {
+    for text in [
+        "",
+        ";",
+        "  ",
+        "SET",
+        "SET a",
+        "SET a =",
+        "REMOVE",
+        "SET SET = 1",
+        "SET a = 1;;",
+        "; SET a = 1",
+    ] {
         assert_eq!(action_error(text).kind, FilterErrorKind::Syntax, "{text:?}");
     }
 }
