@@ -54,8 +54,7 @@ pub(crate) fn parse_filter(
     if !p.at(&TokenKind::Eof) {
         return Err(p.unexpected("AND, or OR"));
     }
-    p.pos = first;
-    p.predicate(node, "a filter must be a condition, not a value")
+    p.predicate_at(node, first, "a filter must be a condition, not a value")
 }
 
 /// Parses a whole action: `SET`/`REMOVE` statements, `;` between them optional.
@@ -72,20 +71,16 @@ pub(crate) fn parse_action(
         let statement = if p.keyword("SET") {
             let target = p.target()?;
             p.expect(&TokenKind::Eq, "'='")?;
-            let first = p.pos;
+            let at = p.pos;
             let node = p.additive()?;
-            let save = p.pos;
-            p.pos = first;
-            let value = p.value(node, "SET needs a value, not a condition")?;
-            p.pos = save;
-            Statement::Set(target, value)
+            Statement::Set(target, p.value_at(node, at, "SET needs a value, not a condition")?)
         } else if p.keyword("REMOVE") {
             Statement::Remove(p.target()?)
         } else {
             return Err(p.unexpected("SET, or REMOVE"));
         };
         if statements.len() == MAX_ACTION_STATEMENTS {
-            let details = format!("an action may have at most {MAX_ACTION_STATEMENTS} statements",);
+            let details = format!("an action may have at most {MAX_ACTION_STATEMENTS} statements");
             return Err(p.error_at(
                 p.pos.saturating_sub(1),
                 FilterErrorKind::TooManyStatements,
@@ -177,18 +172,11 @@ impl Parser<'_, '_> {
         Ok(())
     }
 
-    /// `node` as a predicate; the error points at the current token.
+    /// `node` as a predicate; the error points at the current token (the operator).
     fn predicate(&self, node: Node, details: &str) -> Result<Predicate, FilterError> {
         match node {
             Node::Pred(p) => Ok(p),
             Node::Val(_) => Err(self.error(details)),
-        }
-    }
-
-    fn value(&self, node: Node, details: &str) -> Result<Expr, FilterError> {
-        match node {
-            Node::Val(e) => Ok(e),
-            Node::Pred(_) => Err(self.error(details)),
         }
     }
 
