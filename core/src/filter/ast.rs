@@ -316,7 +316,12 @@ impl fmt::Display for Expr {
             Expr::PropertyOf(e) => write!(f, "property({e})"),
             Expr::Negate(e) | Expr::Plus(e) => {
                 f.write_str(if matches!(self, Expr::Negate(_)) { "-" } else { "+" })?;
-                write_expr(f, e, e.precedence() < 4)
+                // A sign on a sign is written `- -x`, not `-(-x)`: parentheses would count
+                // towards the nesting limit where the text read had none.
+                if e.precedence() == 3 {
+                    f.write_str(" ")?;
+                }
+                write_expr(f, e, e.precedence() < 3)
             }
             Expr::Arith(op, l, r) => {
                 let p = op.precedence();

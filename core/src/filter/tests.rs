@@ -1112,3 +1112,12 @@ fn longest_flat_chains_parse_print_and_evaluate() {
         assert!(f.evaluate(&EvalContext::new(&m)).is_ok());
     }
 }
+
+#[test]
+fn printed_signs_do_not_nest_deeper_than_the_text_read() {
+    // Found by the fuzz target: `-(-(…))` printed for `--…` went over the nesting limit.
+    let text = format!("s = o * e * o {}d", "-".repeat(60));
+    round_trip_if_valid(&text);
+    let f = SqlFilter::parse("a = - -1 AND b = +-2 AND c = -(1 + 2)", &no_params()).unwrap();
+    assert_eq!(f.to_string(), "a = - -1 AND b = + -2 AND c = -(1 + 2)");
+}

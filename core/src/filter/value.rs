@@ -135,8 +135,10 @@ impl<'a> Value<'a> {
         }
     }
 
-    /// The value as .NET's `ToString()` would write it, for string concatenation and for
-    /// string system properties set by an action. `None` for null.
+    /// The value as text, for string concatenation and for string system properties set by an
+    /// action; `None` for null. Strings, integers, booleans (`True`/`False`) and GUIDs read as
+    /// .NET's `ToString()` writes them; doubles in Rust's shortest form, DateTime and TimeSpan
+    /// as milliseconds (inferred: .NET's culture-dependent forms are not worth copying).
     pub fn to_text(&self) -> Option<Cow<'a, str>> {
         Some(match self {
             Value::Null => return None,
