@@ -24,6 +24,7 @@ pub mod dedup;
 pub mod description;
 pub mod entity;
 pub mod error;
+pub mod filter;
 pub mod keys;
 pub mod message;
 pub mod metrics;

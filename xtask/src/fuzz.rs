@@ -20,6 +20,7 @@ pub(crate) const TARGETS: &[&str] = &[
     "atom_description",
     "rest_properties",
     "sas_token",
+    "sql_filter",
 ];
 
 /// libFuzzer's limits for every run: one allocation above 64 MiB, a process above 512 MiB of
