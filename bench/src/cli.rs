@@ -17,16 +17,26 @@ pub(crate) struct Options {
     #[arg(long, default_value = "amqp://127.0.0.1:5672")]
     pub url: String,
 
-    /// Node to send to and receive from (RabbitMQ's durable queue `bench`: `/amq/queue/bench`)
+    /// Node to send to and receive from (RabbitMQ's durable queue `bench`: `/amq/queue/bench`);
+    /// with `--receive-from`, the node producers send to only (a topic, an exchange)
     #[arg(long, default_value = "bench")]
     pub address: String,
+
+    /// Fan-out: consumers receive from these nodes instead of `--address` (repeatable; e.g.
+    /// `TOPIC/Subscriptions/SUB`, or RabbitMQ's `/amq/queue/Q` bound to the exchange). Consumers
+    /// are spread over them round-robin, at least one each, and the run ends when every
+    /// message has been received from every one of them (messages x nodes)
+    #[arg(long, value_name = "ADDRESS")]
+    pub receive_from: Vec<String>,
 
     /// Producer connections, one sender link each
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub producers: u32,
 
-    /// Consumer connections, one receiver link each
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    /// Consumer connections, one receiver link each (with `--receive-from`, at least one per
+    /// node). 0 without `--receive-from`: send only, the run ends when every send is
+    /// acknowledged
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32))]
     pub consumers: u32,
 
     /// Messages to send in total (spread over the producers); the run ends when all are received
@@ -83,6 +93,27 @@ pub(crate) struct Options {
 impl Options {
     pub(crate) fn timeout(&self) -> Duration {
         Duration::from_secs(self.timeout)
+    }
+
+    /// Consumers to attach: `--consumers`, raised to one per `--receive-from` node.
+    pub(crate) fn consumer_count(&self) -> u32 {
+        let nodes = u32::try_from(self.receive_from.len()).unwrap_or(u32::MAX);
+        self.consumers.max(nodes)
+    }
+
+    /// The node consumer `index` receives from: `--address`, or the `--receive-from` nodes in
+    /// turn.
+    pub(crate) fn receive_address(&self, index: u32) -> &str {
+        match self.receive_from.len() {
+            0 => &self.address,
+            nodes => &self.receive_from[index as usize % nodes],
+        }
+    }
+
+    /// Messages received when the run is complete: each one once per node received from.
+    pub(crate) fn expected_received(&self) -> u64 {
+        let nodes = u64::try_from(self.receive_from.len()).unwrap_or(u64::MAX).max(1);
+        self.messages.saturating_mul(nodes)
     }
 }
 
@@ -171,6 +202,47 @@ mod tests {
         let options = Options::try_parse_from(["ironbus-bench", "--client", "fe2o3"]).unwrap();
         assert_eq!(options.client.as_str(), "fe2o3");
         assert!(Options::try_parse_from(["ironbus-bench", "--client", "other"]).is_err());
+    }
+
+    #[test]
+    fn without_receive_from_consumers_use_the_address() {
+        let options =
+            Options::try_parse_from(["ironbus-bench", "--consumers", "3", "--messages", "10"])
+                .unwrap();
+        assert_eq!(options.consumer_count(), 3);
+        assert_eq!(options.receive_address(2), "bench");
+        assert_eq!(options.expected_received(), 10);
+    }
+
+    #[test]
+    fn fan_out_spreads_consumers_over_the_nodes_and_expects_every_copy() {
+        let args = ["ironbus-bench", "--address", "t", "--messages", "10"];
+        let nodes = ["--receive-from", "t/Subscriptions/a", "--receive-from", "t/Subscriptions/b"];
+        let options = Options::try_parse_from(args.iter().chain(&nodes)).unwrap();
+        // one consumer asked for, two nodes: one each
+        assert_eq!(options.consumer_count(), 2);
+        assert_eq!(options.receive_address(0), "t/Subscriptions/a");
+        assert_eq!(options.receive_address(1), "t/Subscriptions/b");
+        assert_eq!(options.receive_address(2), "t/Subscriptions/a");
+        assert_eq!(options.expected_received(), 20);
+        let more = ["--consumers", "5"];
+        let options = Options::try_parse_from(args.iter().chain(&nodes).chain(&more)).unwrap();
+        assert_eq!(options.consumer_count(), 5);
+    }
+
+    #[test]
+    fn no_consumers_means_send_only_unless_receiving_from_nodes() {
+        let options = Options::try_parse_from(["ironbus-bench", "--consumers", "0"]).unwrap();
+        assert_eq!(options.consumer_count(), 0);
+        let options = Options::try_parse_from([
+            "ironbus-bench",
+            "--consumers",
+            "0",
+            "--receive-from",
+            "t/Subscriptions/a",
+        ])
+        .unwrap();
+        assert_eq!(options.consumer_count(), 1);
     }
 
     #[test]

@@ -54,7 +54,7 @@ impl ConsumerReport {
                 let nanos = received_at.saturating_sub(stamp.sent_at);
                 self.latencies_us.push(nanos / 1_000);
                 let received = run.counters.received.fetch_add(1, Ordering::Relaxed) + 1;
-                if received == run.options.messages {
+                if received == run.options.expected_received() {
                     self.completed_at = Some(Instant::now());
                     phase.send_if_modified(|phase| {
                         let running = *phase == Phase::Running;
@@ -75,7 +75,8 @@ impl Consumer {
     /// grants the credit.
     pub(crate) async fn attach(run: &Run, index: u32) -> Result<Consumer> {
         let name = format!("ironbus-bench-{:016x}-c{index}", run.id);
-        let mut link = run.endpoint.connect(&name, &run.options.address).await?;
+        let address = run.options.receive_address(index);
+        let mut link = run.endpoint.connect(&name, address).await?;
         let snd_settle_mode = match run.options.mode {
             Mode::PeekLock => SenderSettleMode::Unsettled,
             Mode::ReceiveAndDelete => SenderSettleMode::Settled,
@@ -84,13 +85,13 @@ impl Consumer {
         // receive-and-delete consumer never sends.
         let mut receiver = Receiver::builder()
             .name(format!("{name}-receiver"))
-            .source(run.options.address.clone())
+            .source(address.to_owned())
             .sender_settle_mode(snd_settle_mode)
             .receiver_settle_mode(ReceiverSettleMode::First)
             .credit_mode(CreditMode::Manual)
             .attach(&mut link.session)
             .await
-            .with_context(|| format!("{name}: attaching a receiver to {}", run.options.address))?;
+            .with_context(|| format!("{name}: attaching a receiver to {address}"))?;
         receiver
             .set_credit(run.options.credit)
             .await

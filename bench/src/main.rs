@@ -8,6 +8,9 @@
 //! The result is one JSON line on stdout (`report`); progress and errors go to stderr.
 //!
 //! Invariants:
+//! - Fan-out (`--receive-from`): producers send to `--address`, consumers are spread over the
+//!   nodes given, and "every message" means every copy: messages x nodes; rates are summed.
+//!   `--consumers 0` without it sends only.
 //! - A run ends: when every message has been received, or at `--timeout` (which also bounds
 //!   connecting), after which it prints what it got and exits non-zero.
 //! - The clock starts after every link is attached; connecting and `$cbs` are not measured.
@@ -162,12 +165,17 @@ async fn execute(options: Options) -> Result<Report> {
     let (consumers, producers) = timeout_at(deadline, attach_all(&run))
         .await
         .map_err(|_| anyhow!("timed out after {} s while connecting", run.options.timeout))??;
+    let receiving = match run.options.receive_from.len() {
+        0 => String::new(),
+        _ => format!(" (receiving from {})", run.options.receive_from.join(", ")),
+    };
     eprintln!(
-        "ironbus-bench: run {:016x}: {} producers and {} consumers attached to {} at {}; sending {} messages",
+        "ironbus-bench: run {:016x}: {} producers and {} consumers attached to {}{} at {}; sending {} messages",
         run.id,
         producers.len(),
         consumers.len(),
         run.options.address,
+        receiving,
         run.endpoint.shown_url(),
         run.options.messages,
     );
@@ -204,7 +212,7 @@ async fn execute(options: Options) -> Result<Report> {
 /// Attaches consumers first (so they are there when producers start), then producers.
 async fn attach_all(run: &Run) -> Result<(Vec<AnyConsumer>, Vec<AnyProducer>)> {
     let mut consumers = Vec::new();
-    for index in 0..run.options.consumers {
+    for index in 0..run.options.consumer_count() {
         consumers.push(match run.options.client {
             Client::Wire => AnyConsumer::Wire(Box::new(wire::Consumer::attach(run, index).await?)),
             Client::Fe2o3 => AnyConsumer::Fe2o3(Box::new(Consumer::attach(run, index).await?)),
@@ -282,8 +290,9 @@ fn summarise(
     Report {
         url: run.endpoint.shown_url().to_owned(),
         address: options.address.clone(),
+        receive_from: options.receive_from.clone(),
         producers: options.producers,
-        consumers: options.consumers,
+        consumers: options.consumer_count(),
         size: options.size,
         durable: options.durable,
         mode: options.mode.as_str(),
@@ -291,6 +300,7 @@ fn summarise(
         window: options.window,
         credit: options.credit,
         messages: options.messages,
+        expected: (!options.receive_from.is_empty()).then(|| options.expected_received()),
         received,
         sent,
         stale,

@@ -8,6 +8,9 @@ pub(crate) struct Report {
     /// The broker URL (password hidden).
     pub url: String,
     pub address: String,
+    /// Fan-out: the nodes consumers received from (absent when they received from `address`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub receive_from: Vec<String>,
     pub producers: u32,
     pub consumers: u32,
     /// Body size in bytes.
@@ -18,9 +21,14 @@ pub(crate) struct Report {
     pub client: &'static str,
     pub window: u32,
     pub credit: u32,
-    /// Messages asked for.
+    /// Messages asked for (sent).
     pub messages: u64,
-    /// This run's messages received (equals `messages` unless the run timed out or failed).
+    /// Fan-out: the receipts that complete the run, `messages` x the nodes received from
+    /// (absent without `--receive-from`, where it is `messages`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected: Option<u64>,
+    /// This run's messages received, summed over the nodes (equals `messages`, or `expected`,
+    /// unless the run timed out or failed).
     pub received: u64,
     /// Sends the broker accepted.
     pub sent: u64,
@@ -28,7 +36,7 @@ pub(crate) struct Report {
     pub stale: u64,
     /// From the start of sending to the last message received (or to the timeout).
     pub seconds: f64,
-    /// Received messages per second.
+    /// Received messages per second (summed over the nodes received from).
     pub msgs_per_sec: f64,
     /// Accepted sends per second, over the time until the last producer's last acknowledgement.
     pub send_msgs_per_sec: f64,
@@ -92,6 +100,7 @@ mod tests {
         let report = Report {
             url: "amqp://h".into(),
             address: "q".into(),
+            receive_from: Vec::new(),
             producers: 1,
             consumers: 1,
             size: 1024,
@@ -101,6 +110,7 @@ mod tests {
             window: 100,
             credit: 100,
             messages: 10,
+            expected: None,
             received: 10,
             sent: 10,
             stale: 0,

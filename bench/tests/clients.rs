@@ -5,14 +5,15 @@
 use std::{net::SocketAddr, process::Output, sync::Arc};
 
 use ironbus_core::{
-    auth::Authorizer, shutdown_signal, Broker, ManualClock, NamespaceLimits, QueueDescription,
-    ShutdownTrigger, Transport,
+    auth::Authorizer, shutdown_signal, Broker, EntityDescription, EntityPath, ManualClock,
+    NamespaceLimits, QueueDescription, ShutdownTrigger, SubscriptionDescription, TopicDescription,
+    Transport,
 };
 use ironbus_store_memory::MemoryStore;
 use ironbus_transport_amqp::AmqpTransport;
 use serde_json::Value;
 
-/// A broker with a 4-partition queue `q`, served on a free port until the trigger is dropped.
+/// A broker with a 4-partition queue `q` and a topic `t` with subscriptions `a`, `b`, `c`, served on a free port until the trigger is dropped.
 async fn serve() -> (Broker, SocketAddr, ShutdownTrigger) {
     let broker = Broker::open(
         Arc::new(MemoryStore::new()),
@@ -24,6 +25,15 @@ async fn serve() -> (Broker, SocketAddr, ShutdownTrigger) {
     let description =
         QueueDescription { enable_partitioning: true, partition_count: 4, ..Default::default() };
     broker.create_queue("q", description).await.unwrap();
+    let path = |p: &str| EntityPath::parse(p).unwrap();
+    broker
+        .create_entity(&path("t"), EntityDescription::Topic(TopicDescription::default()))
+        .await
+        .unwrap();
+    for sub in ["a", "b", "c"] {
+        let description = EntityDescription::Subscription(SubscriptionDescription::default());
+        broker.create_entity(&path(&format!("t/Subscriptions/{sub}")), description).await.unwrap();
+    }
     let transport =
         AmqpTransport::bind("127.0.0.1:0".parse().unwrap(), Arc::new(Authorizer::development()))
             .await
@@ -84,6 +94,55 @@ async fn every_message_is_received_and_settled_with_either_client_in_every_mode(
         let runtime = broker.get_queue_runtime("q").await.unwrap();
         assert_eq!(runtime.total_message_count, 0, "{args:?}: {runtime:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_receives_every_copy_from_every_subscription() {
+    let (_broker, addr, _trigger) = serve().await;
+    for client in ["wire", "fe2o3"] {
+        let output = bench(
+            addr,
+            &[
+                "--client",
+                client,
+                "--address",
+                "t",
+                "--receive-from",
+                "t/Subscriptions/a",
+                "--receive-from",
+                "t/Subscriptions/b",
+                "--receive-from",
+                "t/Subscriptions/c",
+                "--producers",
+                "2",
+                "--consumers",
+                "4",
+                "--messages",
+                "501",
+            ],
+        )
+        .await;
+        let report = report(&output);
+        assert!(output.status.success(), "{client}: {report}");
+        assert_eq!(report["messages"], 501, "{report}");
+        assert_eq!(report["sent"], 501, "{report}");
+        assert_eq!(report["expected"], 1503, "{report}");
+        assert_eq!(report["received"], 1503, "{report}");
+        assert_eq!(report["consumers"], 4, "{report}");
+        assert_eq!(report["receive_from"].as_array().unwrap().len(), 3, "{report}");
+        // The first run settled every copy: the second finds nothing left over.
+        assert_eq!(report["stale"], 0, "{client}: {report}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_consumers_sends_only() {
+    let (broker, addr, _trigger) = serve().await;
+    let output = bench(addr, &["--address", "q", "--consumers", "0", "--messages", "300"]).await;
+    let report = report(&output);
+    assert!(output.status.success(), "{report}");
+    assert_eq!((report["sent"].as_u64(), report["received"].as_u64()), (Some(300), Some(0)));
+    assert_eq!(broker.get_queue_runtime("q").await.unwrap().total_message_count, 300);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

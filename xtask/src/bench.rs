@@ -5,7 +5,8 @@ use anyhow::{bail, Context, Result};
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let Some((target, rest)) = args.split_first() else {
         bail!(
-            "`bench` needs a target: core, amqp, backlog, connections or side-by-side (see `cargo xtask help`)"
+            "`bench` needs a target: core, amqp, backlog, connections, side-by-side or fanout (see \
+             `cargo xtask help`)"
         );
     };
     // Everything after the target goes to the benchmark; a leading `--` is accepted and dropped,
@@ -15,7 +16,10 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         _ => rest,
     };
     if target == "side-by-side" {
-        return side_by_side(rest);
+        return script("side-by-side", rest);
+    }
+    if target == "fanout" {
+        return script("fanout", rest);
     }
     if target == "connections" {
         return connections(rest);
@@ -27,7 +31,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         unknown => {
             bail!(
                 "unknown benchmark target `{unknown}`; known: core, amqp, backlog, connections, \
-                 side-by-side"
+                 side-by-side, fanout"
             )
         }
     };
@@ -35,20 +39,22 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     crate::run_cargo(&format!("bench {target}"), &cargo_args)
 }
 
-/// `bench/side-by-side.sh`: RabbitMQ, ironbus on memory and ironbus on RocksDB in alternating
-/// rounds with the same load generator; its settings come from the environment (see the script).
-fn side_by_side(rest: &[String]) -> Result<()> {
+/// `bench/<name>.sh` (`side-by-side`: RabbitMQ, ironbus on memory and ironbus on RocksDB in
+/// alternating rounds with the same load generator; `fanout`: the same for a topic with 1, 4 and
+/// 16 subscriptions against a RabbitMQ fanout exchange); settings come from the environment (see
+/// the script).
+fn script(name: &str, rest: &[String]) -> Result<()> {
     if !rest.is_empty() {
-        bail!("`bench side-by-side` takes no arguments; set ROUNDS, MESSAGES, OUT, ... instead");
+        bail!("`bench {name}` takes no arguments; set ROUNDS, MESSAGES, OUT, ... instead");
     }
-    let script = crate::workspace_root().join("bench").join("side-by-side.sh");
+    let script = crate::workspace_root().join("bench").join(format!("{name}.sh"));
     let status = std::process::Command::new("bash")
         .arg(&script)
         .current_dir(crate::workspace_root())
         .status()
         .with_context(|| format!("could not start `bash {}`", script.display()))?;
     if !status.success() {
-        bail!("bench side-by-side failed ({status})");
+        bail!("bench {name} failed ({status})");
     }
     Ok(())
 }

@@ -43,6 +43,9 @@ tasks:
                         meanwhile (--connections N, --hold SECS, --max-rss-mb MB)
     bench side-by-side  RabbitMQ (../shared/peers), ironbus memory and ironbus RocksDB in
                         alternating rounds with ironbus-bench; env ROUNDS, MESSAGES, OUT
+    bench fanout        topic fan-out: ironbus RocksDB (a topic, 1/4/16 subscriptions) against a
+                        RabbitMQ fanout exchange bound to 1/4/16 durable queues, alternating
+                        rounds, and store bytes per publish; env ROUNDS, RECEIPTS, BROKERS, OUT
     compat [SUITE] [-- ARGS]
                         run the SDK compatibility suites (python, js, rust; default all) against a
                         fresh ironbus; ARGS go to the suite's runner; `compat config` prints

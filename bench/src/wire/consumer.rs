@@ -35,6 +35,7 @@ impl Consumer {
     /// grants the credit.
     pub(crate) async fn attach(run: &Run, index: u32) -> Result<Consumer> {
         let name = format!("ironbus-bench-{:016x}-c{index}", run.id);
+        let address = run.options.receive_address(index);
         let mut wire = Wire::open(&run.endpoint, &name).await?;
         let snd_settle_mode = match run.options.mode {
             Mode::PeekLock => SenderSettleMode::Unsettled,
@@ -44,13 +45,13 @@ impl Consumer {
             name: format!("{name}-receiver"),
             role: Role::Receiver,
             snd_settle_mode,
-            source: run.options.address.clone(),
+            source: address.to_owned(),
             target: name.clone(),
         };
         let delivery_count = wire
             .attach(link)
             .await
-            .with_context(|| format!("{name}: attaching a receiver to {}", run.options.address))?;
+            .with_context(|| format!("{name}: attaching a receiver to {address}"))?;
         let mut consumer =
             Consumer { wire, delivery_count, partial: None, held: Vec::new(), used: 0 };
         consumer.grant(run.options.credit);
