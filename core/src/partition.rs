@@ -361,6 +361,12 @@ impl Partition {
     /// One cycle. Returns false when the actor should stop.
     async fn cycle(&mut self, commands: &mut Vec<(LaneId, Command)>) -> bool {
         self.shared.nudge_pending.store(false, Ordering::Release);
+        if let Some(topic) = &self.topic {
+            // A subscription's receivers nudge through their lane's own shared view.
+            for lane in &topic.lanes {
+                lane.shared.nudge_pending.store(false, Ordering::Release);
+            }
+        }
         if self.needs_rebuild {
             if let Err(e) = self.rebuild().await {
                 tracing::warn!(entity = %self.cx.entity_name, partition = %self.cx.partition, error = %e, "partition unavailable");

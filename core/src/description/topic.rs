@@ -213,9 +213,10 @@ impl SubscriptionDescription {
 }
 
 /// A rule's filter, as created (compiled by [`crate::filter`] when the rule is used).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub enum RuleFilter {
     /// Matches every message (`1=1`).
+    #[default]
     True,
     /// Matches no message (`1=0`).
     False,
@@ -225,12 +226,6 @@ pub enum RuleFilter {
         parameters: Vec<(String, PropertyValue)>,
     },
     Correlation(CorrelationFilterDescription),
-}
-
-impl Default for RuleFilter {
-    fn default() -> Self {
-        RuleFilter::True
-    }
 }
 
 impl RuleFilter {
