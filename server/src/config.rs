@@ -593,6 +593,18 @@ mod tests {
         assert_eq!(names("t/Subscriptions/s2").await, ["a", "b"]);
     }
 
+    /// The example in the README is a configuration this parser takes, topics included.
+    #[test]
+    fn the_readme_example_parses() {
+        let readme = include_str!("../../README.md");
+        let start = readme.find("```json\n{\"UserConfig\"").expect("the README has the example");
+        let text = &readme[start + "```json\n".len()..];
+        let text = &text[..text.find("```").expect("the example ends")];
+        let declared = parse(text).unwrap();
+        // A queue, a topic, two subscriptions and one declared rule.
+        assert_eq!(declared.entity_count(), 1 + 1 + 2 + 1);
+    }
+
     #[test]
     fn unsupported_parts_are_refused_clearly() {
         let sessions = r#"{"UserConfig": {"Namespaces": [{"Name": "n", "Queues": [{"Name": "q", "Properties": {"RequiresSession": true}}]}]}}"#;
