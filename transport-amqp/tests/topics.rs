@@ -359,8 +359,6 @@ async fn a_receiver_on_a_topic_and_a_sender_on_a_subscription_are_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "core 7e90ce3: a subscription's lanes are never added (create_subscription sends \
-            AddLane on the topic's lane, which the partition drops), so its copies are lost"]
 async fn a_topic_fans_out_to_its_subscriptions() {
     let (_broker, url, _trigger) = start().await;
     let mut connection = guard(Connection::open("fanout-test", url.as_str())).await.unwrap();
