@@ -26,7 +26,10 @@ const V1: u8 = 1;
 /// id, a hop count, a transaction id) gets a new version here and a new arm in its decoder's
 /// `match`; the arms of older versions stay, filling what they lack with defaults.
 const BODY_VERSION: u8 = V1;
+/// Meta records without the version-2 fields are still written as version 1 (byte for byte as
+/// before); those with them as version 2.
 const META_VERSION: u8 = V1;
+const META_VERSION_2: u8 = 2;
 const PARTITION_VERSION: u8 = V1;
 const DEDUP_VERSION: u8 = V1;
 
@@ -71,8 +74,26 @@ pub struct MessageMeta {
     pub dead_letter_reason: Option<String>,
     pub dead_letter_error_description: Option<String>,
     /// Application properties the broker added or changed after the send (properties to
-    /// modify, dead-letter reasons), laid over the sender's on delivery.
+    /// modify, dead-letter reasons, a rule action's SET), laid over the sender's on delivery.
     pub modified_properties: ApplicationProperties,
+    /// Where the body is when it is not under this message's own sequence number: a topic
+    /// subscription's copy changed by a rule action shares the body stored at the publish's
+    /// number. (Version 2.)
+    pub body_sequence_number: Option<SequenceNumber>,
+    /// Application properties a rule action removed from the sender's. (Version 2.)
+    pub removed_properties: Vec<String>,
+    /// The system properties when a rule action changed any: they replace the sender's.
+    /// (Version 2.)
+    pub system_properties: Option<Box<MessageProperties>>,
+}
+
+impl MessageMeta {
+    /// Whether the record needs version 2 (it has a field version 1 lacks).
+    fn needs_v2(&self) -> bool {
+        self.body_sequence_number.is_some()
+            || !self.removed_properties.is_empty()
+            || self.system_properties.is_some()
+    }
 }
 
 struct Writer(BytesMut);
@@ -430,22 +451,7 @@ pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
 pub fn encode_body(m: &Message) -> Bytes {
     let capacity = 64 + m.body.len() + m.raw.as_ref().map_or(0, |r| r.len());
     let mut w = Writer::versioned(BODY_VERSION, capacity);
-    let p = &m.properties;
-    for s in [
-        &p.message_id,
-        &p.session_id,
-        &p.partition_key,
-        &p.correlation_id,
-        &p.subject,
-        &p.to,
-        &p.reply_to,
-        &p.reply_to_session_id,
-        &p.content_type,
-    ] {
-        w.opt_str(s);
-    }
-    w.opt_i64(p.time_to_live.map(|d| d.as_millis().min(i64::MAX as u128) as i64));
-    w.opt_i64(p.scheduled_enqueue_time.map(Timestamp::as_millis));
+    encode_message_properties(&mut w, &m.properties);
     encode_properties(&mut w, &m.application_properties);
     w.opt_bytes(&m.raw);
     // A body that is a slice of `raw` (an AMQP data section) is stored as its place in `raw`.
@@ -473,7 +479,8 @@ fn slice_offset(whole: &[u8], part: &[u8]) -> Option<usize> {
 
 /// A message's meta record (see [`MessageMeta`]).
 pub fn encode_meta(meta: &MessageMeta) -> Bytes {
-    let mut w = Writer::versioned(META_VERSION, 48);
+    let version = if meta.needs_v2() { META_VERSION_2 } else { META_VERSION };
+    let mut w = Writer::versioned(version, 48);
     w.i64(meta.enqueued_sequence_number.0);
     w.i64(meta.enqueued_time.as_millis());
     w.u32(meta.size);
@@ -484,6 +491,20 @@ pub fn encode_meta(meta: &MessageMeta) -> Bytes {
     w.opt_str(&meta.dead_letter_reason);
     w.opt_str(&meta.dead_letter_error_description);
     encode_properties(&mut w, &meta.modified_properties);
+    if version == META_VERSION_2 {
+        w.opt_i64(meta.body_sequence_number.map(|s| s.0));
+        w.u32(meta.removed_properties.len() as u32);
+        for name in &meta.removed_properties {
+            w.str(name);
+        }
+        match &meta.system_properties {
+            None => w.u8(0),
+            Some(p) => {
+                w.u8(1);
+                encode_message_properties(&mut w, p);
+            }
+        }
+    }
     w.finish()
 }
 
@@ -620,6 +641,18 @@ pub fn decode_meta(value: &[u8]) -> DecodeResult<MessageMeta> {
     let (mut r, version) = Reader::versioned(value, "message meta record")?;
     match version {
         V1 => decode_meta_v1(&mut r),
+        META_VERSION_2 => {
+            let mut meta = decode_meta_v1(&mut r)?;
+            meta.body_sequence_number = r.opt(Reader::i64)?.map(SequenceNumber);
+            let n = r.u32()?;
+            let mut removed = Vec::with_capacity((n as usize).min(r.remaining() / 4));
+            for _ in 0..n {
+                removed.push(r.str()?);
+            }
+            meta.removed_properties = removed;
+            meta.system_properties = r.opt(decode_message_properties)?.map(Box::new);
+            Ok(meta)
+        }
         v => Err(r.unknown_version(v)),
     }
 }
@@ -641,6 +674,9 @@ fn decode_meta_v1(r: &mut Reader<'_>) -> DecodeResult<MessageMeta> {
         dead_letter_reason: r.opt(Reader::str)?,
         dead_letter_error_description: r.opt(Reader::str)?,
         modified_properties: decode_properties(r)?,
+        body_sequence_number: None,
+        removed_properties: Vec::new(),
+        system_properties: None,
     })
 }
 
@@ -652,14 +688,33 @@ pub fn decode_body(value: &[u8]) -> DecodeResult<Message> {
     }
 }
 
-fn decode_body_v1(r: &mut Reader<'_>) -> DecodeResult<Message> {
+/// The system properties a sender set, as body records (and version-2 meta records) hold them.
+fn encode_message_properties(w: &mut Writer, p: &MessageProperties) {
+    for s in [
+        &p.message_id,
+        &p.session_id,
+        &p.partition_key,
+        &p.correlation_id,
+        &p.subject,
+        &p.to,
+        &p.reply_to,
+        &p.reply_to_session_id,
+        &p.content_type,
+    ] {
+        w.opt_str(s);
+    }
+    w.opt_i64(p.time_to_live.map(|d| d.as_millis().min(i64::MAX as u128) as i64));
+    w.opt_i64(p.scheduled_enqueue_time.map(Timestamp::as_millis));
+}
+
+fn decode_message_properties(r: &mut Reader<'_>) -> DecodeResult<MessageProperties> {
     let mut strings: [Option<String>; 9] = Default::default();
     for s in &mut strings {
         *s = r.opt(Reader::str)?;
     }
     let [message_id, session_id, partition_key, correlation_id, subject, to, reply_to, reply_to_session_id, content_type] =
         strings;
-    let properties = MessageProperties {
+    Ok(MessageProperties {
         message_id,
         session_id,
         partition_key,
@@ -671,7 +726,11 @@ fn decode_body_v1(r: &mut Reader<'_>) -> DecodeResult<Message> {
         content_type,
         time_to_live: r.opt(Reader::i64)?.map(|ms| Duration::from_millis(ms.max(0) as u64)),
         scheduled_enqueue_time: r.opt(Reader::i64)?.map(Timestamp::from_millis),
-    };
+    })
+}
+
+fn decode_body_v1(r: &mut Reader<'_>) -> DecodeResult<Message> {
+    let properties = decode_message_properties(r)?;
     let application_properties = decode_properties(r)?;
     let raw = r.opt(Reader::bytes)?;
     let body = match (r.u8()?, &raw) {
@@ -791,8 +850,28 @@ mod tests {
             dead_letter_reason: Some("r".into()),
             dead_letter_error_description: None,
             modified_properties: [("k".to_owned(), PropertyValue::Int(1))].into(),
+            ..Default::default()
         };
         assert_eq!(decode_meta(&encode_meta(&meta)).unwrap(), meta);
+        assert_eq!(encode_meta(&meta)[0], V1, "without version-2 fields, version 1 is written");
+
+        // A topic copy changed by a rule action: version 2.
+        let changed = MessageMeta {
+            body_sequence_number: Some(SequenceNumber(3)),
+            removed_properties: vec!["gone".into(), "also".into()],
+            system_properties: Some(Box::new(MessageProperties {
+                subject: Some("relabelled".into()),
+                time_to_live: Some(Duration::from_secs(9)),
+                ..Default::default()
+            })),
+            ..meta
+        };
+        let bytes = encode_meta(&changed);
+        assert_eq!(bytes[0], 2);
+        assert_eq!(decode_meta(&bytes).unwrap(), changed);
+        for cut in 1..bytes.len() {
+            assert!(decode_meta(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
     }
 
     /// Records as version 1 wrote them, byte for byte. A store holds such records for ever: a
@@ -823,6 +902,7 @@ mod tests {
             dead_letter_reason: Some("MaxDeliveryCountExceeded".into()),
             dead_letter_error_description: Some("gone".into()),
             modified_properties: [("k".to_owned(), PropertyValue::Int(-1))].into(),
+            ..Default::default()
         };
         assert_eq!(decode_meta(META_V1).unwrap(), meta);
 

@@ -546,3 +546,65 @@ async fn guard<T>(
 ) -> Result<T, tokio::time::error::Elapsed> {
     tokio::time::timeout(Duration::from_secs(10), f).await
 }
+
+#[tokio::test]
+async fn a_publish_stores_its_body_once_whatever_the_copies() {
+    let f = fixture().await;
+    f.topic("t", TopicDescription::default()).await;
+    for s in ["a", "b", "c"] {
+        f.subscription(&format!("t/Subscriptions/{s}")).await;
+    }
+    add_rule(&f, "t/Subscriptions/c/Rules/tag", RuleFilter::True, Some("SET tag = 1; REMOVE gone"))
+        .await;
+    add_rule(
+        &f,
+        "t/Subscriptions/c/Rules/relabel",
+        RuleFilter::True,
+        Some("SET sys.Label = 'new'"),
+    )
+    .await;
+    let message = Message::new("payload").with_property("gone", PropertyValue::Int(7));
+    f.broker.send("t", vec![message]).await.unwrap();
+
+    // One body record in the topic's partition; five copies (a, b, and three in c).
+    let mut prefix = f.broker.partition_key_prefix("t", PartitionId(0)).unwrap().to_vec();
+    prefix.push(b'b');
+    let mut end = prefix.clone();
+    *end.last_mut().unwrap() += 1;
+    let bodies = f.store.inner().scan(&prefix, &end, 100).await.unwrap();
+    assert_eq!(bodies.len(), 1, "the body is stored once");
+    assert_eq!(f.count("t/Subscriptions/a").await + f.count("t/Subscriptions/b").await, 2);
+    let c = f.peek_all("t/Subscriptions/c").await;
+    assert_eq!(c.len(), 3);
+    let tagged = c.iter().find(|m| m.message.application_properties.contains_key("tag")).unwrap();
+    assert!(!tagged.message.application_properties.contains_key("gone"), "REMOVE applies");
+    let relabelled =
+        c.iter().find(|m| m.message.properties.subject.as_deref() == Some("new")).unwrap();
+    assert_eq!(relabelled.message.body.as_ref(), b"payload");
+    assert!(relabelled.message.raw.is_none(), "a changed system property is encoded afresh");
+    let plain =
+        c.iter().find(|m| !m.message.application_properties.contains_key("RuleName")).unwrap();
+    assert_eq!(plain.message.application_properties.get("gone"), Some(&PropertyValue::Int(7)));
+
+    // The body goes when the last copy does, not before — also after a restart, which
+    // counts the copies using it again from their records.
+    f.broker.shutdown();
+    let broker =
+        Broker::open(f.store.clone(), f.clock.clone(), NamespaceLimits::default()).await.unwrap();
+    let f = Fixture { broker, store: f.store, clock: f.clock };
+    assert_eq!(f.count("t/Subscriptions/c").await, 3);
+    for s in ["a", "b", "c"] {
+        let receiver = f
+            .broker
+            .open_receiver(format!("t/Subscriptions/{s}").as_str(), ReceiveMode::ReceiveAndDelete)
+            .await
+            .unwrap();
+        let n = if s == "c" { 3 } else { 1 };
+        receiver.add_credit(n);
+        for _ in 0..n {
+            guard(receiver.recv()).await.unwrap().unwrap();
+        }
+        let left = f.store.inner().scan(&prefix, &end, 100).await.unwrap().len();
+        assert_eq!(left, usize::from(s != "c"), "after {s}");
+    }
+}

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use super::index::Entry;
 use super::state::PartitionState;
 use crate::message::ReceivedMessage;
-use crate::message::{ApplicationProperties, BrokerProperties, Message, MessageLock};
+use crate::message::{
+    ApplicationProperties, BrokerProperties, Message, MessageLock, MessageProperties,
+};
 use crate::metrics as m;
 use crate::store::StoreError;
 use crate::types::{PartitionId, SequenceNumber, SubQueue};
@@ -61,8 +63,13 @@ impl BodyCache {
 pub(crate) struct Outgoing {
     pub(crate) broker: BrokerProperties,
     pub(crate) lock: Option<MessageLock>,
+    /// Where the body is stored (the message's own number, or a topic copy's publish).
+    pub(crate) body_seq: SequenceNumber,
     pub(crate) body: Option<Arc<Message>>,
     pub(crate) modified_properties: Option<ApplicationProperties>,
+    /// A rule action's removals and system-property changes (topic copies only).
+    pub(crate) removed_properties: Vec<String>,
+    pub(crate) system_properties: Option<Box<MessageProperties>>,
 }
 
 impl Outgoing {
@@ -88,8 +95,11 @@ impl Outgoing {
                 dead_letter_error_description: meta.dead_letter_error_description,
             },
             lock,
+            body_seq: entry.body_seq(seq),
             body: entry.body.clone(),
             modified_properties: Some(meta.modified_properties).filter(|p| !p.is_empty()),
+            removed_properties: meta.removed_properties,
+            system_properties: meta.system_properties,
         }
     }
 
@@ -97,14 +107,25 @@ impl Outgoing {
     /// went well completes).
     pub(crate) fn finish(self) -> ReceivedMessage {
         let body = self.body.expect("bodies are loaded before a cycle ends well");
-        let message = match self.modified_properties {
-            None => body,
-            Some(props) => {
-                let mut message = (*body).clone();
-                message.application_properties.extend(props);
-                message.application_properties_modified = true;
-                Arc::new(message)
+        let unchanged = self.modified_properties.is_none()
+            && self.removed_properties.is_empty()
+            && self.system_properties.is_none();
+        let message = if unchanged {
+            body
+        } else {
+            let mut message = (*body).clone();
+            for name in &self.removed_properties {
+                message.application_properties.remove(name);
             }
+            message.application_properties.extend(self.modified_properties.unwrap_or_default());
+            message.application_properties_modified = true;
+            if let Some(properties) = self.system_properties {
+                // The transport's kept encoding no longer says what the message is: it
+                // encodes this one from its fields.
+                message.properties = *properties;
+                message.raw = None;
+            }
+            Arc::new(message)
         };
         ReceivedMessage { message, broker: self.broker, lock: self.lock }
     }
@@ -115,8 +136,8 @@ impl Outgoing {
 pub(crate) struct BodyReads {
     /// What this cycle's outgoing messages need (sorted, unique): missing one is corruption.
     needed: Vec<SequenceNumber>,
-    /// Read ahead for the cache, in delivery order.
-    ahead: Vec<(SubQueue, SequenceNumber)>,
+    /// Read ahead for the cache, in delivery order: each message and where its body is.
+    ahead: Vec<(SubQueue, SequenceNumber, SequenceNumber)>,
     /// Everything to read (sorted, unique).
     pub(crate) wanted: Vec<SequenceNumber>,
 }
@@ -170,7 +191,7 @@ impl PartitionState {
             .map(|(_, o)| o)
             .chain(fx.lists.iter().filter_map(|(_, l)| l.as_ref().ok()).flatten())
             .filter(|o| o.body.is_none())
-            .map(|o| o.broker.sequence_number)
+            .map(|o| o.body_seq)
             .collect();
         if needed.is_empty() {
             return None;
@@ -180,14 +201,16 @@ impl PartitionState {
         if delivering {
             for (queue, available) in self.index.available.iter() {
                 for &seq in available.iter().take(PREFETCH) {
-                    if self.index.entry(queue, seq).is_some_and(|e| e.body.is_none()) {
-                        ahead.push((queue, seq));
+                    if let Some(entry) = self.index.entry(queue, seq) {
+                        if entry.body.is_none() {
+                            ahead.push((queue, seq, entry.body_seq(seq)));
+                        }
                     }
                 }
             }
         }
         let mut wanted: Vec<SequenceNumber> =
-            needed.iter().copied().chain(ahead.iter().map(|&(_, s)| s)).collect();
+            needed.iter().copied().chain(ahead.iter().map(|&(_, _, b)| b)).collect();
         wanted.sort_unstable();
         wanted.dedup();
         needed.sort_unstable();
@@ -209,13 +232,13 @@ impl PartitionState {
         metrics::counter!(m::BODIES_READ_TOTAL).increment(loaded.len() as u64);
         let fill = |o: &mut Outgoing| {
             if o.body.is_none() {
-                o.body = loaded.get(&o.broker.sequence_number).cloned();
+                o.body = loaded.get(&o.body_seq).cloned();
             }
         };
         self.fx.deliveries.iter_mut().for_each(|(_, o)| fill(o));
         self.fx.lists.iter_mut().filter_map(|(_, l)| l.as_mut().ok()).flatten().for_each(fill);
-        for (queue, seq) in reads.ahead {
-            if let Some(body) = loaded.get(&seq) {
+        for (queue, seq, body_seq) in reads.ahead {
+            if let Some(body) = loaded.get(&body_seq) {
                 if !self.try_cache(queue, seq, body) {
                     break;
                 }

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use super::sub_queues::SubQueues;
 use crate::codec::MessageMeta;
-use crate::message::{ApplicationProperties, Message, MessageLock, MessageState};
+use crate::message::{
+    ApplicationProperties, Message, MessageLock, MessageProperties, MessageState, PropertyValue,
+};
 use crate::types::{SequenceNumber, SubQueue, Timestamp};
 
 /// Expiry times at or after this (year 10000) mean "never" for indexing: Service Bus's default
@@ -41,6 +43,11 @@ pub(crate) struct Aux {
     pub(crate) dead_letter_reason: Option<String>,
     pub(crate) dead_letter_error_description: Option<String>,
     pub(crate) modified_properties: ApplicationProperties,
+    /// A topic copy changed by a rule action: the body it shares (stored at the publish's
+    /// number), and what the action removed and changed beyond `modified_properties`.
+    pub(crate) body_seq: Option<SequenceNumber>,
+    pub(crate) removed_properties: Vec<String>,
+    pub(crate) system_properties: Option<Box<MessageProperties>>,
 }
 
 impl Aux {
@@ -51,6 +58,49 @@ impl Aux {
             && self.dead_letter_reason.is_none()
             && self.dead_letter_error_description.is_none()
             && self.modified_properties.is_empty()
+            && self.body_seq.is_none()
+            && self.removed_properties.is_empty()
+            && self.system_properties.is_none()
+    }
+
+    /// What a message put straight into a dead-letter queue carries: the reason and
+    /// description, also as the application properties Service Bus adds.
+    pub(crate) fn dead_lettered(reason: String, description: String) -> Aux {
+        let mut aux = Aux::default();
+        aux.modified_properties
+            .insert("DeadLetterReason".into(), PropertyValue::String(reason.clone()));
+        aux.modified_properties.insert(
+            "DeadLetterErrorDescription".into(),
+            PropertyValue::String(description.clone()),
+        );
+        aux.dead_letter_reason = Some(reason);
+        aux.dead_letter_error_description = Some(description);
+        aux
+    }
+
+    /// A copy of `original` that a rule action turned into `changed`, sharing the body
+    /// stored at `body_seq`: only the differences are kept.
+    pub(crate) fn changed_copy(
+        original: &Message,
+        changed: &Message,
+        body_seq: SequenceNumber,
+    ) -> Aux {
+        let mut aux = Aux { body_seq: Some(body_seq), ..Aux::default() };
+        for (name, value) in &changed.application_properties {
+            if original.application_properties.get(name) != Some(value) {
+                aux.modified_properties.insert(name.clone(), value.clone());
+            }
+        }
+        aux.removed_properties = original
+            .application_properties
+            .keys()
+            .filter(|name| !changed.application_properties.contains_key(*name))
+            .cloned()
+            .collect();
+        if changed.properties != original.properties {
+            aux.system_properties = Some(Box::new(changed.properties.clone()));
+        }
+        aux
     }
 }
 
@@ -74,6 +124,9 @@ impl Entry {
             dead_letter_reason: meta.dead_letter_reason,
             dead_letter_error_description: meta.dead_letter_error_description,
             modified_properties: meta.modified_properties,
+            body_seq: meta.body_sequence_number,
+            removed_properties: meta.removed_properties,
+            system_properties: meta.system_properties,
         };
         if !aux.is_empty() {
             entry.aux = Some(Box::new(aux));
@@ -96,7 +149,16 @@ impl Entry {
             dead_letter_error_description: aux
                 .and_then(|a| a.dead_letter_error_description.clone()),
             modified_properties: aux.map(|a| a.modified_properties.clone()).unwrap_or_default(),
+            body_sequence_number: aux.and_then(|a| a.body_seq),
+            removed_properties: aux.map(|a| a.removed_properties.clone()).unwrap_or_default(),
+            system_properties: aux.and_then(|a| a.system_properties.clone()),
         }
+    }
+
+    /// The sequence number the message's body is stored under: its own, or (a changed topic
+    /// copy) the publish's.
+    pub(crate) fn body_seq(&self, seq: SequenceNumber) -> SequenceNumber {
+        self.aux.as_ref().and_then(|a| a.body_seq).unwrap_or(seq)
     }
 
     pub(crate) fn aux_mut(&mut self) -> &mut Aux {

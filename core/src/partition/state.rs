@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::bodies::{BodyCache, Outgoing};
 use super::effects::Effects;
-use super::index::{Entry, Index, NEVER_EXPIRES};
+use super::index::{Aux, Entry, Index, NEVER_EXPIRES};
 use super::journal::{Journal, Recovered};
 use super::locks::LockTable;
 use super::sub_queues::SubQueues;
@@ -332,9 +332,9 @@ impl PartitionState {
     }
 
     /// Adds a message whose body is (or is being) stored under `seq` to a sub-queue: its entry
-    /// and meta record, scheduled for `enqueued_time` or active from then; `dead_letter` gives
-    /// the reason and description of a message put straight into the dead-letter queue. The
-    /// TTL is the message's, capped by the entity's default.
+    /// and meta record, scheduled for `enqueued_time` or active from then; `aux` carries what
+    /// the broker laid over it from the start (a dead-letter reason, a rule action's changes
+    /// and the body they share). The TTL is the message's, capped by the entity's default.
     pub(crate) fn insert_copy(
         &mut self,
         queue: SubQueue,
@@ -342,13 +342,13 @@ impl PartitionState {
         message: Arc<Message>,
         enqueued_time: Timestamp,
         scheduled: bool,
-        dead_letter: Option<(String, String)>,
+        aux: Option<Aux>,
     ) {
         let default_ttl = self.description.default_message_time_to_live;
         let ttl = message.properties.time_to_live.map_or(default_ttl, |t| t.min(default_ttl));
         let size = u32::try_from(message.size()).unwrap_or(u32::MAX);
         let counted = self.cache.try_take(u64::from(size));
-        let mut entry = Entry {
+        let entry = Entry {
             enqueued_time,
             expires_at: enqueued_time.saturating_add(ttl),
             delivery_count: 0,
@@ -356,20 +356,8 @@ impl PartitionState {
             state: if scheduled { MessageState::Scheduled } else { MessageState::Active },
             counted,
             body: Some(message),
-            aux: None,
+            aux: aux.map(Box::new),
         };
-        if let Some((reason, description)) = dead_letter {
-            let mut props = ApplicationProperties::new();
-            props.insert("DeadLetterReason".into(), PropertyValue::String(reason.clone()));
-            props.insert(
-                "DeadLetterErrorDescription".into(),
-                PropertyValue::String(description.clone()),
-            );
-            entry.merge_properties(props);
-            let aux = entry.aux_mut();
-            aux.dead_letter_reason = Some(reason);
-            aux.dead_letter_error_description = Some(description);
-        }
         if counted {
             self.cached_bytes += u64::from(size);
         } else {
@@ -612,7 +600,7 @@ impl PartitionState {
         let Some(mut entry) = self.take(queue, seq) else { return };
         self.uncache(&mut entry);
         if self.shared_bodies {
-            self.fx.released.push(seq);
+            self.fx.released.push(entry.body_seq(seq));
         } else if seq > self.lowest_live() {
             self.fx.journal.delete_body(seq);
         }

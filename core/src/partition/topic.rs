@@ -11,13 +11,15 @@
 //! **Architecture Invariant:** a published message's body is stored once, under the topic, at
 //! the sequence number of the publish; every plain copy (one per subscription that takes it)
 //! is a meta record under that same number in its subscription's lane. A copy changed by a
-//! rule action is a new message with its own number and body. `refs` counts the copies (and
+//! rule action has a number of its own and a meta record holding what the action changed and
+//! where the body it shares is. `refs` counts the copies (and
 //! the scheduled entry) that use each body: a body is deleted when its count reaches zero, and
 //! counts are rebuilt from the lanes' records on recovery.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::index::Aux;
 use super::journal::read_bodies;
 use super::state::PartitionState;
 use super::{Lane, LaneConfig, LaneId, PartitionContext, PartitionShared, SendOutcome};
@@ -102,7 +104,7 @@ impl TopicPart {
         topic.fx.journal.append(&mut lane.state.fx.journal);
         topic.fx.journal.delete_lane(id);
         for (_, messages) in lane.state.index.messages.iter() {
-            topic.fx.released.extend(messages.keys().copied());
+            topic.fx.released.extend(messages.iter().map(|(&seq, e)| e.body_seq(seq)));
         }
         lane.state.close_receivers();
         lane.state.release_cache();
@@ -196,7 +198,7 @@ impl TopicPart {
                         message.clone(),
                         enqueued_time,
                         false,
-                        Some(failure),
+                        Some(Aux::dead_lettered(failure.0, failure.1)),
                     );
                     uses += 1;
                 }
@@ -214,11 +216,18 @@ impl TopicPart {
                 uses += 1;
             }
             for copy in route.actions {
+                // Its own number; the body it shares, and only what the action changed.
                 let copy_seq = topic.next_seq();
-                let copy = Arc::new(copy);
-                topic.fx.journal.put_body(copy_seq, &copy);
-                lane.state.insert_copy(SubQueue::Main, copy_seq, copy, enqueued_time, false, None);
-                self.refs.insert(copy_seq, 1);
+                let changes = Aux::changed_copy(message, &copy, seq);
+                lane.state.insert_copy(
+                    SubQueue::Main,
+                    copy_seq,
+                    message.clone(),
+                    enqueued_time,
+                    false,
+                    Some(changes),
+                );
+                uses += 1;
             }
         }
         if filtered_out > 0 {
@@ -287,8 +296,8 @@ impl TopicPart {
         let lanes = std::iter::once(topic).chain(self.lanes.iter().map(|l| &l.state));
         for state in lanes {
             for (_, messages) in state.index.messages.iter() {
-                for &seq in messages.keys() {
-                    *self.refs.entry(seq).or_default() += 1;
+                for (&seq, entry) in messages {
+                    *self.refs.entry(entry.body_seq(seq)).or_default() += 1;
                 }
             }
         }
