@@ -31,7 +31,8 @@ mod transfers;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -45,11 +46,13 @@ use futures_util::FutureExt;
 use ironbus_core::auth::Authorizer;
 use ironbus_core::{Broker, Shutdown};
 use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
 
 use crate::error::WireError;
 use crate::frame::{self, FrameError, FrameReader, InFrame, ProtocolHeader};
+use crate::AmqpStats;
 
 pub use self::address::node_path;
 use self::address::{resolve, Node};
@@ -67,6 +70,8 @@ const BUSY_WRITE: usize = 8 * 1024;
 const WRITE_BUFFER: usize = 64 * 1024;
 /// The idle time-out we advertise (py pings at half of it).
 const IDLE_TIME_OUT: Duration = Duration::from_secs(240);
+/// How long an aborted writer tries to finish its frame and write the Close.
+const ABORT_GRACE: Duration = Duration::from_secs(5);
 /// At most this many buffered frames are handled before the loop answers and looks at its
 /// other events.
 const FRAMES_PER_TURN: usize = 256;
@@ -77,6 +82,11 @@ pub struct ConnectionContext {
     pub broker: Broker,
     pub authorizer: Arc<Authorizer>,
     pub container_id: String,
+    /// Bytes a connection may have waiting to be written ([`AmqpOptions::max_write_buffer`]).
+    pub max_write_buffer: usize,
+    /// [`AmqpOptions::write_stall_timeout`].
+    pub write_stall_timeout: Duration,
+    pub stats: Arc<AmqpStats>,
 }
 
 type Pending = Pin<Box<dyn Future<Output = Event> + Send>>;
@@ -102,19 +112,7 @@ enum Event {
 /// Serves one TCP connection until it closes or the server shuts down.
 pub async fn serve(stream: TcpStream, cx: Arc<ConnectionContext>, mut shutdown: Shutdown) {
     let peer = stream.peer_addr().ok();
-    let _ = stream.set_nodelay(true);
-    let (read, mut write) = stream.into_split();
-    let mut reader = FrameReader::new(read);
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
-    let writer = tokio::spawn(async move {
-        while let Some(chunk) = rx.recv().await {
-            if write.write_all(&chunk).await.is_err() {
-                break;
-            }
-        }
-        let _ = write.shutdown().await;
-    });
-    let mut connection = Connection::new(cx, tx);
+    let (mut connection, writer, mut reader) = start(stream, cx);
     let outcome = tokio::select! {
         r = connection.handshake(&mut reader) => r,
         () = shutdown.wait() => Err(FrameError::Closed),
@@ -123,14 +121,212 @@ pub async fn serve(stream: TcpStream, cx: Arc<ConnectionContext>, mut shutdown: 
         Ok(()) => connection.run(&mut reader, &mut shutdown).await,
         Err(e) => tracing::debug!(?peer, error = %e, "handshake failed"),
     }
+    let over = connection.over;
     drop(connection);
+    if over {
+        // The writer is finishing its frame and writing the Close. What the client still
+        // sends is read and dropped until it closes its end (for a while): unread, it would
+        // make closing the socket reset the connection, and the client would lose the Close.
+        let drain = async { while reader.read_frame().await.is_ok() {} };
+        let finish = async {
+            let _ = tokio::join!(writer, drain);
+        };
+        let _ = tokio::time::timeout(ABORT_GRACE, finish).await;
+        return;
+    }
     let _ = writer.await;
+}
+
+/// Refuses a connection the listener's limits leave no room for, in the protocol's terms: the
+/// handshake as usual (SASL included, so that clients read the refusal as one), then an Open
+/// and at once a Close with `amqp:resource-limit-exceeded` and `description`.
+pub async fn refuse(
+    stream: TcpStream,
+    cx: Arc<ConnectionContext>,
+    mut shutdown: Shutdown,
+    description: String,
+) {
+    let (mut connection, writer, mut reader) = start(stream, cx);
+    let outcome = tokio::select! {
+        r = connection.handshake(&mut reader) => r,
+        () = shutdown.wait() => Err(FrameError::Closed),
+    };
+    if outcome.is_err() {
+        drop(connection);
+        let _ = writer.await;
+        return;
+    }
+    connection.close_with_error(WireError::new("amqp:resource-limit-exceeded", 503, description));
+    drop(connection);
+    // The client answers with its Close: read it before the socket goes, or the client
+    // writing it to a closed socket sees a broken pipe instead of our error.
+    let answered = async {
+        while let Ok(frame) = reader.read_frame().await {
+            if let InFrame::Amqp { performative, .. } = frame {
+                if matches!(*performative, Performative::Close(_)) {
+                    break;
+                }
+            }
+        }
+    };
+    let _ = tokio::join!(writer, tokio::time::timeout(ABORT_GRACE, answered));
+}
+
+/// Splits the socket: a frame reader, a connection and its writer task.
+fn start(
+    stream: TcpStream,
+    cx: Arc<ConnectionContext>,
+) -> (Connection, tokio::task::JoinHandle<()>, FrameReader<OwnedReadHalf>) {
+    let _ = stream.set_nodelay(true);
+    let (read, write) = stream.into_split();
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let watcher = Arc::new(Notify::new());
+    let outbox = Arc::new(Outbox {
+        queued: AtomicUsize::new(0),
+        close: Mutex::new(None),
+        abort: Notify::new(),
+        gone: Notify::new(),
+        stalled: AtomicBool::new(false),
+        paused: AtomicBool::new(false),
+        stats: cx.stats.clone(),
+    });
+    let writer = tokio::spawn(write_loop(
+        write,
+        rx,
+        outbox.clone(),
+        watcher.clone(),
+        cx.write_stall_timeout,
+        cx.max_write_buffer / 2,
+    ));
+    let connection = Connection::new(cx, tx, outbox, watcher);
+    (connection, writer, FrameReader::new(read))
+}
+
+/// What a connection and its writer task share: the bytes handed over and not yet written,
+/// and how the writer is stopped early (or says it stopped).
+struct Outbox {
+    /// Bytes handed to the writer and not yet written to the socket.
+    queued: AtomicUsize,
+    /// A Close frame the writer writes (if it can) instead of what is still queued.
+    close: Mutex<Option<Bytes>>,
+    /// Set when `close` is.
+    abort: Notify,
+    /// Set when the writer stopped before the connection ended (socket error or stall).
+    gone: Notify,
+    /// The writer stopped because the socket accepted nothing for the stall time-out.
+    stalled: AtomicBool,
+    /// Deliveries wait for the writer, which wakes the connection when it is under half the
+    /// limit again.
+    paused: AtomicBool,
+    stats: Arc<AmqpStats>,
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        // What was never written is no longer buffered.
+        let left = *self.queued.get_mut();
+        self.stats.write_buffered.fetch_sub(left, Ordering::Relaxed);
+    }
+}
+
+impl Outbox {
+    /// Whether `queued` plus `out_len` bytes are too many to write more deliveries; if so the
+    /// writer wakes the connection once it is under `resume_below` again. (The flag is set
+    /// before the second look, so a wake-up cannot be missed.)
+    fn must_wait(&self, out_len: usize, resume_below: usize) -> bool {
+        if self.queued.load(Ordering::SeqCst) + out_len < resume_below {
+            return false;
+        }
+        self.paused.store(true, Ordering::SeqCst);
+        if self.queued.load(Ordering::SeqCst) + out_len < resume_below {
+            self.paused.store(false, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    fn written(&self, n: usize, resume_below: usize, watcher: &Notify) {
+        let before = self.queued.fetch_sub(n, Ordering::SeqCst);
+        self.stats.write_buffered.fetch_sub(n, Ordering::Relaxed);
+        // Deliveries paused for the writer may go on.
+        if before - n < resume_below && self.paused.swap(false, Ordering::SeqCst) {
+            watcher.notify_one();
+        }
+    }
+}
+
+/// Writes what the connection hands over, in order. A socket that accepts no byte for
+/// `stall` while bytes wait ends the writer (and so the connection): the client is not
+/// reading. Asked to abort, it finishes the chunk it is in (the peer must see whole frames),
+/// writes the Close frame instead of the rest and ends, or gives up after `stall`.
+async fn write_loop(
+    mut write: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Bytes>,
+    outbox: Arc<Outbox>,
+    watcher: Arc<Notify>,
+    stall: Duration,
+    resume_below: usize,
+) {
+    let mut rest = Bytes::new();
+    loop {
+        let mut chunk = tokio::select! {
+            biased;
+            () = outbox.abort.notified() => break,
+            next = rx.recv() => match next {
+                Some(chunk) => chunk,
+                None => {
+                    let _ = tokio::time::timeout(stall, write.shutdown()).await;
+                    return;
+                }
+            },
+        };
+        while !chunk.is_empty() {
+            tokio::select! {
+                biased;
+                () = outbox.abort.notified() => {
+                    rest = chunk;
+                    break;
+                }
+                written = tokio::time::timeout(stall, write.write_buf(&mut chunk)) => match written {
+                    Ok(Ok(n)) if n > 0 => outbox.written(n, resume_below, &watcher),
+                    Ok(_) => {
+                        outbox.gone.notify_one();
+                        return;
+                    }
+                    Err(_) => {
+                        outbox.stalled.store(true, Ordering::Release);
+                        outbox.gone.notify_one();
+                        return;
+                    }
+                },
+            }
+        }
+        if !rest.is_empty() {
+            break;
+        }
+    }
+    // Aborted: the rest of the frame being written, then the Close, if the peer takes them.
+    let close = outbox.close.lock().unwrap_or_else(PoisonError::into_inner).take();
+    let finish = async {
+        write.write_all_buf(&mut rest).await?;
+        if let Some(close) = close {
+            write.write_all(&close).await?;
+        }
+        write.shutdown().await
+    };
+    let _ = tokio::time::timeout(stall.min(ABORT_GRACE), finish).await;
 }
 
 struct Connection {
     cx: Arc<ConnectionContext>,
     out: BytesMut,
     writer: mpsc::UnboundedSender<Bytes>,
+    outbox: Arc<Outbox>,
+    /// The largest single delivery or response payload this connection was handed: a write
+    /// may overshoot the buffer limit by one of them.
+    largest_payload: usize,
+    /// The write buffer overflowed or the writer stopped: the connection is over.
+    over: bool,
     remote_max_frame: u32,
     remote_idle: Option<Duration>,
     last_write: Instant,
@@ -146,11 +342,19 @@ struct Connection {
 }
 
 impl Connection {
-    fn new(cx: Arc<ConnectionContext>, writer: mpsc::UnboundedSender<Bytes>) -> Self {
+    fn new(
+        cx: Arc<ConnectionContext>,
+        writer: mpsc::UnboundedSender<Bytes>,
+        outbox: Arc<Outbox>,
+        watcher: Arc<Notify>,
+    ) -> Self {
         Connection {
             cx,
             out: BytesMut::new(),
             writer,
+            outbox,
+            largest_payload: 0,
+            over: false,
             remote_max_frame: frame::MIN_MAX_FRAME_SIZE,
             remote_idle: None,
             last_write: Instant::now(),
@@ -159,20 +363,82 @@ impl Connection {
             pending: FuturesUnordered::new(),
             settles: Vec::new(),
             acks: Vec::new(),
-            watcher: Arc::new(Notify::new()),
+            watcher,
         }
     }
 
     fn flush(&mut self) {
+        if self.over {
+            self.out.clear();
+            return;
+        }
         if !self.out.is_empty() {
             let chunk = self.out.split().freeze();
             // A busy connection writes into one roomy buffer rather than growing small ones.
             if chunk.len() >= BUSY_WRITE && self.out.capacity() < BUSY_WRITE {
                 self.out.reserve(WRITE_BUFFER);
             }
+            let len = chunk.len();
+            let queued = self.outbox.queued.fetch_add(len, Ordering::AcqRel) + len;
+            let stats = &self.cx.stats;
+            stats.write_buffered.fetch_add(len, Ordering::Relaxed);
             let _ = self.writer.send(chunk);
             self.last_write = Instant::now();
+            let buffered = queued + self.held_responses();
+            stats.peak_write_buffered.fetch_max(buffered, Ordering::Relaxed);
+            if buffered > self.cx.max_write_buffer.saturating_add(self.largest_payload) {
+                self.overflow(buffered);
+            }
         }
+    }
+
+    /// Whether deliveries (and responses) wait for the writer: they go on when the backlog is
+    /// under half the limit, so that a slow reader is paused, not closed.
+    pub(super) fn writes_paused(&self) -> bool {
+        self.outbox.must_wait(self.out.len(), self.cx.max_write_buffer / 2)
+    }
+
+    /// Bytes of management responses held for response links.
+    fn held_responses(&self) -> usize {
+        self.sessions
+            .values()
+            .flat_map(|s| s.links.values())
+            .map(|l| match l {
+                LinkState::Outbound(OutboundLink {
+                    kind: Outbound::Responses { pending }, ..
+                }) => pending.iter().map(Bytes::len).sum(),
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// The client does not read what it asks for: the connection ends with
+    /// `amqp:resource-limit-exceeded`, written in place of what is still queued if the client
+    /// reads again soon.
+    fn overflow(&mut self, buffered: usize) {
+        self.over = true;
+        self.cx.stats.slow_reader_closes.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            buffered,
+            limit = self.cx.max_write_buffer,
+            "closing a connection whose client is not reading"
+        );
+        let close = Close {
+            error: Some(AmqpErrorValue {
+                condition: crate::error::condition("amqp:resource-limit-exceeded"),
+                description: Some("the client is not reading".to_owned()),
+                info: None,
+            }),
+        };
+        let mut frame = BytesMut::new();
+        frame::write_performative(&mut frame, 0, &Performative::Close(close));
+        *self.outbox.close.lock().unwrap_or_else(PoisonError::into_inner) = Some(frame.freeze());
+        self.outbox.abort.notify_one();
+    }
+
+    /// Notes the size of a delivery or response handed over.
+    pub(super) fn note_payload(&mut self, len: usize) {
+        self.largest_payload = self.largest_payload.max(len);
     }
 
     fn now(&self) -> ironbus_core::Timestamp {
@@ -240,6 +506,7 @@ impl Connection {
         let mut last_read = Instant::now();
         loop {
             let watcher = self.watcher.clone();
+            let outbox = self.outbox.clone();
             tokio::select! {
                 frame = reader.read_frame() => {
                     last_read = Instant::now();
@@ -264,6 +531,16 @@ impl Connection {
                     self.start_settles();
                 }
                 () = watcher.notified() => {}
+                () = outbox.gone.notified() => {
+                    if self.outbox.stalled.load(Ordering::Acquire) {
+                        self.cx.stats.slow_reader_closes.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(
+                            stall = ?self.cx.write_stall_timeout,
+                            "closing a connection whose client is not reading (its socket took no byte)"
+                        );
+                    }
+                    return;
+                }
                 Some(event) = self.pending.next(), if !self.pending.is_empty() => self.on_event(event),
                 _ = tick.tick() => {
                     // An idle connection holds no buffer memory (20,000 of them fit in
@@ -292,6 +569,9 @@ impl Connection {
             self.write_acks();
             self.pump();
             self.flush();
+            if self.over {
+                return;
+            }
         }
     }
 

@@ -42,6 +42,9 @@ pub(super) struct Unsettled {
 impl Connection {
     /// Sends what links may send now.
     pub(super) fn pump(&mut self) {
+        if self.writes_paused() {
+            return;
+        }
         let targets: Vec<(u16, u32)> = self
             .sessions
             .iter()
@@ -58,10 +61,16 @@ impl Connection {
 
     pub(super) fn pump_link(&mut self, channel: u16, handle: u32) {
         let max_frame = self.remote_max_frame;
+        // Deliveries and responses wait while the writer is behind (`writes_paused`); the
+        // writer wakes the loop when it catches up.
+        let resume_below = self.cx.max_write_buffer / 2;
         let Some(session) = self.sessions.get_mut(&channel) else { return };
         let Some(LinkState::Outbound(link)) = session.links.get_mut(&handle) else { return };
         loop {
             if session.remote_incoming_window == 0 {
+                return;
+            }
+            if self.outbox.must_wait(self.out.len(), resume_below) {
                 return;
             }
             let (payload, tag, settled, lock) = match &mut link.kind {
@@ -105,6 +114,7 @@ impl Connection {
                     }
                 }
             };
+            self.largest_payload = self.largest_payload.max(payload.len());
             let delivery_id = session.next_delivery_id;
             session.next_delivery_id = delivery_id.wrapping_add(1);
             let transfer = Transfer {

@@ -116,6 +116,7 @@ impl Connection {
                 });
             }
         }
+        self.note_payload(payload.len());
         let Some((ch, h)) = chosen else {
             tracing::debug!(node = %node, ?reply_to, "no response link for a request; response dropped");
             return;
