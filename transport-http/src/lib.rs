@@ -22,6 +22,7 @@
 pub mod atom;
 pub mod dataplane;
 pub mod error;
+pub mod limits;
 pub mod metrics;
 pub mod routes;
 pub mod service;
@@ -29,6 +30,7 @@ pub mod timefmt;
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +44,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
 pub use crate::error::HttpError;
+use crate::limits::{ConnectionCounter, ConnectionLimits};
 pub use crate::service::{router, App, Listener};
 
 /// Renders the Prometheus exposition text for `/metrics`.
@@ -57,6 +60,11 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// At most this many refused connections are being answered at once (per listener); beyond
+/// it a refused connection is closed unanswered.
+const MAX_REFUSING: usize = 64;
+/// How long a refused connection gets to send its request and read the 503.
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the HTTP front end needs besides the broker.
 #[derive(Clone)]
@@ -72,6 +80,8 @@ pub struct HttpConfig {
     pub metrics: Option<MetricsRender>,
     /// Enables `POST /$ironbus/faults` on the plain listener.
     pub faults: Option<FaultHook>,
+    /// Connection limits, counted over the plain and the TLS listener together (0: none).
+    pub limits: ConnectionLimits,
 }
 
 impl HttpConfig {
@@ -83,6 +93,7 @@ impl HttpConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             metrics: None,
             faults: None,
+            limits: ConnectionLimits::default(),
         }
     }
 }
@@ -94,6 +105,7 @@ impl fmt::Debug for HttpConfig {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("metrics", &self.metrics.is_some())
             .field("faults", &self.faults.is_some())
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
@@ -157,17 +169,18 @@ impl Transport for HttpTransport {
         shutdown: Shutdown,
     ) -> Result<(), TransportError> {
         let mut listeners = tokio::task::JoinSet::new();
+        let counter = ConnectionCounter::new(self.config.limits);
         if let Some(listener) = self.plain {
             let app = App {
                 broker: broker.clone(),
                 config: self.config.clone(),
                 listener: Listener::Plain,
             };
-            listeners.spawn(accept_loop(listener, None, app, shutdown.clone()));
+            listeners.spawn(accept_loop(listener, None, app, counter.clone(), shutdown.clone()));
         }
         if let Some((listener, acceptor)) = self.tls {
             let app = App { broker, config: self.config.clone(), listener: Listener::Tls };
-            listeners.spawn(accept_loop(listener, Some(acceptor), app, shutdown.clone()));
+            listeners.spawn(accept_loop(listener, Some(acceptor), app, counter, shutdown.clone()));
         }
         while listeners.join_next().await.is_some() {}
         Ok(())
@@ -178,16 +191,40 @@ async fn accept_loop(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     app: App,
+    counter: Arc<ConnectionCounter>,
     mut shutdown: Shutdown,
 ) {
     let router = router(app);
+    let refusing = Arc::new(AtomicUsize::new(0));
     let mut connections = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
-                    connections.spawn(serve_connection(stream, tls.clone(), router.clone(), shutdown.clone()));
-                }
+                Ok((stream, peer)) => match counter.try_acquire(peer.ip()) {
+                    Ok(permit) => {
+                        let serving = serve_connection(stream, tls.clone(), router.clone(), shutdown.clone());
+                        connections.spawn(async move {
+                            serving.await;
+                            drop(permit);
+                        });
+                    }
+                    Err(limit) => {
+                        ::metrics::counter!(crate::metrics::CONNECTIONS_REFUSED_TOTAL).increment(1);
+                        tracing::debug!(%peer, %limit, "http connection refused");
+                        if refusing.fetch_add(1, Ordering::AcqRel) < MAX_REFUSING {
+                            let refusal = refusal_router(limit.to_string());
+                            let (tls, refusing) = (tls.clone(), refusing.clone());
+                            let shutdown = shutdown.clone();
+                            connections.spawn(async move {
+                                let serving = serve_connection(stream, tls, refusal, shutdown);
+                                let _ = tokio::time::timeout(REFUSAL_TIMEOUT, serving).await;
+                                refusing.fetch_sub(1, Ordering::AcqRel);
+                            });
+                        } else {
+                            refusing.fetch_sub(1, Ordering::AcqRel);
+                        }
+                    }
+                },
                 Err(e) => tracing::warn!(error = %e, "http accept failed"),
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -200,6 +237,27 @@ async fn accept_loop(
     if drained.await.is_err() {
         connections.abort_all();
     }
+}
+
+/// Answers every request of a refused connection with 503 (Service Bus's error body, the
+/// limit named) and closes the connection after it.
+fn refusal_router(detail: String) -> axum::Router {
+    use axum::response::IntoResponse;
+    axum::Router::new().fallback(move || {
+        let detail = detail.clone();
+        async move {
+            let mut response =
+                HttpError::new(axum::http::StatusCode::SERVICE_UNAVAILABLE, detail).into_response();
+            let headers = response.headers_mut();
+            headers.insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            headers
+                .insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+            response
+        }
+    })
 }
 
 async fn serve_connection(

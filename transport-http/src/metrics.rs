@@ -9,6 +9,9 @@ pub const REQUESTS_TOTAL: &str = "ironbus_http_requests_total";
 /// Time from a request's arrival to its answer, long polls included. Label: `operation`.
 pub const REQUEST_DURATION_SECONDS: &str = "ironbus_http_request_duration_seconds";
 
+/// Connections refused by a connection limit (answered 503).
+pub const CONNECTIONS_REFUSED_TOTAL: &str = "ironbus_http_connections_refused_total";
+
 /// Buckets of [`REQUEST_DURATION_SECONDS`]: sub-millisecond management up to a full long poll.
 pub const REQUEST_DURATION_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -28,6 +31,12 @@ pub const CATALOGUE: &[MetricDef] = &[
         kind: MetricKind::Histogram,
         help: "Time to answer an HTTP request, long polls included",
         labels: &["operation"],
+    },
+    MetricDef {
+        name: CONNECTIONS_REFUSED_TOTAL,
+        kind: MetricKind::Counter,
+        help: "HTTP connections refused by --max-connections or --max-connections-per-ip",
+        labels: &[],
     },
 ];
 
