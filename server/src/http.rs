@@ -12,6 +12,7 @@ use ironbus_core::auth::Authorizer;
 use ironbus_core::testing::FaultyStore;
 use ironbus_core::types::PartitionId;
 use ironbus_core::{Broker, Store, Timestamp};
+use ironbus_transport_http::limits::ConnectionLimits;
 use ironbus_transport_http::{FaultHook, HttpConfig, HttpTransport, MetricsRender};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use rustls::pki_types::pem::PemObject;
@@ -103,6 +104,7 @@ pub fn install_metrics() -> Result<MetricsRender> {
 }
 
 /// Binds the HTTP listeners; `None` when both are off.
+#[allow(clippy::too_many_arguments, reason = "each is one piece of the server's assembly")]
 pub async fn bind(
     args: &HttpArgs,
     data_dir: &Path,
@@ -111,6 +113,7 @@ pub async fn bind(
     faults: Option<Vec<Arc<FaultyStore>>>,
     metrics: MetricsRender,
     namespace: Option<String>,
+    limits: ConnectionLimits,
 ) -> Result<Option<HttpTransport>> {
     let plain = parse_addr("http-addr", &args.http_addr)?;
     let tls_addr = parse_addr("https-addr", &args.https_addr)?;
@@ -127,6 +130,7 @@ pub async fn bind(
     }
     config.started_at = broker.clock().now().max(Timestamp::from_millis(0));
     config.metrics = Some(metrics);
+    config.limits = limits;
     config.faults = faults.map(|faulty| fault_hook(broker.clone(), faulty));
     let transport = HttpTransport::bind(plain, tls, config)
         .await

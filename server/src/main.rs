@@ -20,7 +20,10 @@ use ironbus_core::{
 };
 use ironbus_store_memory::MemoryStore;
 use ironbus_store_rocksdb::{Durability, RocksOptions, RocksStore};
-use ironbus_transport_amqp::AmqpTransport;
+use ironbus_transport_amqp::limits::ConnectionLimits as AmqpLimits;
+use ironbus_transport_amqp::{AmqpOptions, AmqpStats, AmqpTransport};
+use ironbus_transport_http::limits::ConnectionLimits as HttpLimits;
+use ironbus_transport_http::MetricsRender;
 
 /// An Azure Service Bus compatible message broker.
 #[derive(Debug, Parser)]
@@ -62,6 +65,15 @@ struct Args {
     /// Most partitioned entities in the namespace.
     #[arg(long, env = "IRONBUS_MAX_PARTITIONED_ENTITIES", default_value_t = 100)]
     max_partitioned_entities: usize,
+    /// Most connections served at once, counted for the AMQP listener and for the HTTP
+    /// listeners (plain and TLS together) separately; 0: unlimited. Over it a connection is
+    /// refused: AMQP with `amqp:resource-limit-exceeded`, HTTP with 503.
+    #[arg(long, env = "IRONBUS_MAX_CONNECTIONS", default_value_t = 0)]
+    max_connections: usize,
+    /// Most connections served at once from one client IP address, counted like
+    /// --max-connections; 0: unlimited.
+    #[arg(long, env = "IRONBUS_MAX_CONNECTIONS_PER_IP", default_value_t = 0)]
+    max_connections_per_ip: usize,
     #[command(flatten)]
     http: http::HttpArgs,
 }
@@ -180,14 +192,34 @@ async fn main() -> anyhow::Result<()> {
     }
 
     let authorizer = Arc::new(authorizer);
-    let amqp = AmqpTransport::bind(args.amqp_addr, authorizer.clone())
+    let amqp_options = AmqpOptions {
+        limits: AmqpLimits {
+            max_connections: args.max_connections,
+            max_connections_per_ip: args.max_connections_per_ip,
+        },
+        ..AmqpOptions::default()
+    };
+    let amqp = AmqpTransport::bind_with(args.amqp_addr, authorizer.clone(), amqp_options)
         .await
         .with_context(|| format!("binding the AMQP listener on {}", args.amqp_addr))?;
     let amqp_addr = amqp.local_addr()?;
+    let metrics = with_amqp_stats(metrics, amqp.stats());
     let mut transports: Vec<Box<dyn Transport>> = vec![Box::new(amqp)];
-    let http =
-        http::bind(&args.http, &args.data_dir, authorizer, &broker, faults, metrics, namespace)
-            .await?;
+    let http_limits = HttpLimits {
+        max_connections: args.max_connections,
+        max_connections_per_ip: args.max_connections_per_ip,
+    };
+    let http = http::bind(
+        &args.http,
+        &args.data_dir,
+        authorizer,
+        &broker,
+        faults,
+        metrics,
+        namespace,
+        http_limits,
+    )
+    .await?;
     if let Some(http) = http {
         tracing::info!(http = ?http.plain_addr(), https = ?http.tls_addr(), "http listening");
         transports.push(Box::new(http));
@@ -222,6 +254,46 @@ async fn main() -> anyhow::Result<()> {
     }
     broker.shutdown();
     Ok(())
+}
+
+/// `/metrics` with the AMQP listener's counters added (the transport keeps them in
+/// [`AmqpStats`]; it depends on no metrics crate).
+fn with_amqp_stats(render: MetricsRender, stats: Arc<AmqpStats>) -> MetricsRender {
+    Arc::new(move || {
+        use std::fmt::Write;
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut text = render();
+        let metrics: [(&str, &str, &str, u64); 4] = [
+            (
+                "ironbus_amqp_connections",
+                "gauge",
+                "AMQP connections served now",
+                stats.connections.load(Relaxed) as u64,
+            ),
+            (
+                "ironbus_amqp_connections_refused_total",
+                "counter",
+                "AMQP connections refused by --max-connections or --max-connections-per-ip",
+                stats.refused.load(Relaxed),
+            ),
+            (
+                "ironbus_amqp_write_buffered_bytes",
+                "gauge",
+                "Bytes AMQP connections have waiting to be written",
+                stats.write_buffered.load(Relaxed) as u64,
+            ),
+            (
+                "ironbus_amqp_slow_reader_closes_total",
+                "counter",
+                "AMQP connections closed because the client did not read",
+                stats.slow_reader_closes.load(Relaxed),
+            ),
+        ];
+        for (name, kind, help, value) in metrics {
+            let _ = write!(text, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n");
+        }
+        text
+    })
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {
