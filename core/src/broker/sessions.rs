@@ -24,7 +24,6 @@ use tokio::sync::oneshot;
 
 use super::{Broker, EntityHandle};
 use crate::address::EntityAddress;
-use crate::entity::EntityKind;
 use crate::error::{BrokerError, Result, SessionError};
 use crate::message::ReceivedMessage;
 use crate::partition::{Command, PartitionHandle, SessionGrant, SessionId};
@@ -51,6 +50,7 @@ pub(crate) const SESSION_REQUIRED: &str = "It is not possible for an entity that
 /// session without counting one.
 pub struct SessionReceiver {
     receiver: Receiver,
+    entity: Arc<EntityHandle>,
     session: SessionId,
     partition: PartitionHandle,
     locked_until: Mutex<Timestamp>,
@@ -116,8 +116,10 @@ impl SessionReceiver {
     }
 
     /// Sets the session's state (at most the entity's maximum message size, else
-    /// [`BrokerError::MessageSizeExceeded`]); `None` clears it. Durable once this returns.
+    /// [`BrokerError::MessageSizeExceeded`]; within the entity's size quota, else
+    /// [`BrokerError::QuotaExceeded`]); `None` clears it. Durable once this returns.
     pub async fn set_state(&self, state: Option<Bytes>) -> Result<(), SessionError> {
+        check_quota(&self.entity, state.as_ref())?;
         let (session, holder) = (self.session.clone(), Some(self.holder()));
         let set = Some(state);
         ask(&self.partition, |reply| Command::SessionState { session, holder, set, reply })
@@ -158,6 +160,20 @@ impl SessionReceiver {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Refuses a session state the entity has no room for (as a send of its size would be).
+fn check_quota(entity: &EntityHandle, state: Option<&Bytes>) -> Result<()> {
+    let Some(state) = state else { return Ok(()) };
+    let used: u64 = entity.partitions.iter().map(|p| p.shared.size_bytes()).sum();
+    let limit = entity.description().max_size_in_megabytes.saturating_mul(1024 * 1024);
+    if used + state.len() as u64 > limit {
+        return Err(BrokerError::QuotaExceeded(format!(
+            "{} is full: {used} of {limit} bytes used",
+            entity.path
+        )));
+    }
+    Ok(())
 }
 
 /// Sends a session command and waits for its answer.
@@ -239,6 +255,7 @@ impl Broker {
         let Some(SessionGrant { session, locked_until }) = answer? else { return Ok(None) };
         Ok(Some(SessionReceiver {
             receiver: Receiver::bound(entity.clone(), shared, partition.id),
+            entity: entity.clone(),
             session,
             partition: partition.clone(),
             locked_until: Mutex::new(locked_until),
@@ -347,6 +364,7 @@ impl Broker {
     ) -> Result<(), SessionError> {
         let address = address.into();
         let entity = self.session_entity(&address)?;
+        check_quota(&entity, state.as_ref())?;
         let partition = Self::session_partition(&entity, session_id);
         let (session, set) = (SessionId::from(session_id), Some(state));
         ask(partition, |reply| Command::SessionState { session, holder: None, set, reply })
@@ -384,9 +402,6 @@ impl Broker {
     ) -> Result<Vec<String>> {
         let address = address.into();
         let entity = self.session_entity(&address)?;
-        if !matches!(entity.kind, EntityKind::Queue | EntityKind::Subscription) {
-            return Ok(Vec::new());
-        }
         let max = skip.saturating_add(top);
         let after = after.map(str::to_owned);
         let answers = super::ask_all(&entity, |reply| Command::ListSessions {
