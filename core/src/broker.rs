@@ -5,8 +5,10 @@
 //! partitions decide *what* (the Service Bus rules on their messages). An entity's record is the
 //! commit point of create and delete: partitions exist in the store only under a live entity id.
 
+mod sessions;
 mod topics;
 
+pub use sessions::SessionReceiver;
 pub use topics::TopicRuntime;
 
 use std::collections::HashMap;
@@ -786,6 +788,12 @@ impl Broker {
                 status: description.status.as_str(),
             });
         }
+        if description.requires_session
+            && entity.kind == EntityKind::Queue
+            && messages.iter().any(|m| m.properties.session_id.is_none())
+        {
+            return Err(BrokerError::InvalidOperation(sessions::SESSION_ID_NOT_SET.into()));
+        }
         let max = description.max_message_size();
         let mut incoming = 0u64;
         for m in &messages {
@@ -889,6 +897,9 @@ impl Broker {
         let address = address.into();
         let entity = self.entity(&address.entity)?;
         self.check_receive(&entity)?;
+        if address.queue == SubQueue::Main && entity.description().requires_session {
+            return Err(BrokerError::InvalidOperation(sessions::SESSION_REQUIRED.into()));
+        }
         let id = self.inner.next_receiver_id.fetch_add(1, Ordering::Relaxed);
         // Receivers on partitions of a queue or a subscription.
         Ok(Receiver::attach(entity, id, mode, address.queue))

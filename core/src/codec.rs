@@ -30,7 +30,10 @@ const BODY_VERSION: u8 = V1;
 /// before); those with them as version 2.
 const META_VERSION: u8 = V1;
 const META_VERSION_2: u8 = 2;
+/// Version 3 adds the session id (a message of a session-enabled entity); written only then.
+const META_VERSION_3: u8 = 3;
 const PARTITION_VERSION: u8 = V1;
+const SESSION_VERSION: u8 = V1;
 const DEDUP_VERSION: u8 = V1;
 
 /// An entity as stored, under the key of its path ([`crate::keys::entity`]).
@@ -85,6 +88,9 @@ pub struct MessageMeta {
     /// The system properties when a rule action changed any: they replace the sender's.
     /// (Version 2.)
     pub system_properties: Option<Box<MessageProperties>>,
+    /// The session the message belongs to, on a session-enabled entity (so that rebuilding,
+    /// which reads no bodies, can index sessions). (Version 3.)
+    pub session_id: Option<String>,
 }
 
 impl MessageMeta {
@@ -479,7 +485,13 @@ fn slice_offset(whole: &[u8], part: &[u8]) -> Option<usize> {
 
 /// A message's meta record (see [`MessageMeta`]).
 pub fn encode_meta(meta: &MessageMeta) -> Bytes {
-    let version = if meta.needs_v2() { META_VERSION_2 } else { META_VERSION };
+    let version = if meta.session_id.is_some() {
+        META_VERSION_3
+    } else if meta.needs_v2() {
+        META_VERSION_2
+    } else {
+        META_VERSION
+    };
     let mut w = Writer::versioned(version, 48);
     w.i64(meta.enqueued_sequence_number.0);
     w.i64(meta.enqueued_time.as_millis());
@@ -491,7 +503,7 @@ pub fn encode_meta(meta: &MessageMeta) -> Bytes {
     w.opt_str(&meta.dead_letter_reason);
     w.opt_str(&meta.dead_letter_error_description);
     encode_properties(&mut w, &meta.modified_properties);
-    if version == META_VERSION_2 {
+    if version >= META_VERSION_2 {
         w.opt_i64(meta.body_sequence_number.map(|s| s.0));
         w.u32(meta.removed_properties.len() as u32);
         for name in &meta.removed_properties {
@@ -504,6 +516,9 @@ pub fn encode_meta(meta: &MessageMeta) -> Bytes {
                 encode_message_properties(&mut w, p);
             }
         }
+    }
+    if version == META_VERSION_3 {
+        w.opt_str(&meta.session_id);
     }
     w.finish()
 }
@@ -641,7 +656,7 @@ pub fn decode_meta(value: &[u8]) -> DecodeResult<MessageMeta> {
     let (mut r, version) = Reader::versioned(value, "message meta record")?;
     match version {
         V1 => decode_meta_v1(&mut r),
-        META_VERSION_2 => {
+        META_VERSION_2 | META_VERSION_3 => {
             let mut meta = decode_meta_v1(&mut r)?;
             meta.body_sequence_number = r.opt(Reader::i64)?.map(SequenceNumber);
             let n = r.u32()?;
@@ -651,6 +666,9 @@ pub fn decode_meta(value: &[u8]) -> DecodeResult<MessageMeta> {
             }
             meta.removed_properties = removed;
             meta.system_properties = r.opt(decode_message_properties)?.map(Box::new);
+            if version == META_VERSION_3 {
+                meta.session_id = r.opt(Reader::str)?;
+            }
             Ok(meta)
         }
         v => Err(r.unknown_version(v)),
@@ -677,6 +695,7 @@ fn decode_meta_v1(r: &mut Reader<'_>) -> DecodeResult<MessageMeta> {
         body_sequence_number: None,
         removed_properties: Vec::new(),
         system_properties: None,
+        session_id: None,
     })
 }
 
@@ -746,6 +765,23 @@ fn decode_body_v1(r: &mut Reader<'_>) -> DecodeResult<Message> {
     };
     let application_properties_modified = r.bool()?;
     Ok(Message { properties, application_properties, body, raw, application_properties_modified })
+}
+
+/// A session's state record: when it was last set, and the state (never empty: a cleared
+/// state has no record).
+pub fn encode_session_state(updated_at: Timestamp, state: &[u8]) -> Bytes {
+    let mut w = Writer::versioned(SESSION_VERSION, 12 + state.len());
+    w.i64(updated_at.as_millis());
+    w.bytes(state);
+    w.finish()
+}
+
+pub fn decode_session_state(value: &[u8]) -> DecodeResult<(Timestamp, Bytes)> {
+    let (mut r, version) = Reader::versioned(value, "session state record")?;
+    match version {
+        V1 => Ok((Timestamp::from_millis(r.i64()?), r.bytes()?)),
+        v => Err(r.unknown_version(v)),
+    }
 }
 
 /// A partition's own record: the last sequence counter it issued.
@@ -872,6 +908,24 @@ mod tests {
         for cut in 1..bytes.len() {
             assert!(decode_meta(&bytes[..cut]).is_err(), "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn session_meta_records_are_version_3_and_session_state_round_trips() {
+        let plain = MessageMeta { size: 3, ..Default::default() };
+        assert_eq!(encode_meta(&plain)[0], 1, "no session: as before");
+        let session = MessageMeta { session_id: Some("s-1".into()), ..plain.clone() };
+        let bytes = encode_meta(&session);
+        assert_eq!(bytes[0], 3);
+        assert_eq!(decode_meta(&bytes).unwrap(), session);
+        for cut in 1..bytes.len() {
+            assert!(decode_meta(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let at = Timestamp::from_millis(1_767_225_600_000);
+        let state = encode_session_state(at, b"state");
+        assert_eq!(state[0], 1);
+        assert_eq!(decode_session_state(&state).unwrap(), (at, Bytes::from_static(b"state")));
+        assert!(decode_session_state(&state[..state.len() - 1]).is_err());
     }
 
     /// Records as version 1 wrote them, byte for byte. A store holds such records for ever: a

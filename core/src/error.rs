@@ -85,5 +85,36 @@ impl BrokerError {
     }
 }
 
+/// Why a session operation failed: what only sessions add, or a [`BrokerError`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SessionError {
+    /// No session could be accepted within the time the caller gave. Retriable.
+    #[error("no unlocked session with messages became available within {0:?}")]
+    Timeout(std::time::Duration),
+
+    /// The session named is locked by another receiver. Retriable (once it is released).
+    #[error("the requested session {session} cannot be locked: another receiver holds it")]
+    CannotBeLocked { session: String },
+
+    /// The caller does not hold the session's lock (any more): it expired or was released.
+    /// The receiver is unusable; accept the session again.
+    #[error("the session lock was lost: it expired, or the session was released")]
+    LockLost,
+
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
+
+impl SessionError {
+    /// Whether the same request may succeed later without change.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            SessionError::Timeout(_) | SessionError::CannotBeLocked { .. } => true,
+            SessionError::LockLost => false,
+            SessionError::Broker(e) => e.is_retriable(),
+        }
+    }
+}
+
 /// The result of a broker operation.
 pub type Result<T, E = BrokerError> = std::result::Result<T, E>;

@@ -10,7 +10,11 @@
 //! p <entity id u64> <partition u16> m <seq u64>   meta record of a message in the main queue
 //! p <entity id u64> <partition u16> d <seq u64>   meta record of a message in the dead-letter queue
 //! p <entity id u64> <partition u16> u <dedup key> duplicate-detection entry (expiry)
+//! p <entity id u64> <partition u16> x <session id>  session state (updated-at, state bytes)
 //! ```
+//!
+//! A session's state lives in the partition its SessionId routes to, under the entity (or
+//! subscription lane) id.
 //!
 //! A topic's partition *i* keeps its published bodies (and its scheduled messages' meta
 //! records) under the topic's id; each subscription's copies are meta records under the
@@ -36,6 +40,7 @@ const PARTITION: u8 = b'p';
 const PARTITION_RECORD: u8 = b's';
 const DEDUP: u8 = b'u';
 const BODY: u8 = b'b';
+const SESSION: u8 = b'x';
 
 /// Identifies an entity in the store; assigned at creation, never reused.
 pub type EntityId = u64;
@@ -130,6 +135,22 @@ pub fn dedup_prefix(id: EntityId, partition: PartitionId) -> Bytes {
     partition_key(id, partition, DEDUP, 0).freeze()
 }
 
+/// The key of a session's state record.
+pub fn session(id: EntityId, partition: PartitionId, session_id: &str) -> Bytes {
+    let mut k = partition_key(id, partition, SESSION, session_id.len());
+    k.put_slice(session_id.as_bytes());
+    k.freeze()
+}
+
+pub fn sessions_prefix(id: EntityId, partition: PartitionId) -> Bytes {
+    partition_key(id, partition, SESSION, 0).freeze()
+}
+
+/// The session id at the end of a session state key.
+pub fn session_id(key: &[u8]) -> Option<String> {
+    String::from_utf8(key.get(12..)?.to_vec()).ok()
+}
+
 /// The sequence number at the end of a message key.
 pub fn message_seq(key: &[u8]) -> Option<SequenceNumber> {
     let tail: [u8; 8] = key.get(key.len().checked_sub(8)?..)?.try_into().ok()?;
@@ -162,6 +183,7 @@ mod tests {
             partition_record(9, PartitionId(3)),
             message(9, PartitionId(3), SubQueue::DeadLetter, SequenceNumber(1)),
             dedup(9, PartitionId(3), &DedupKey("m".into())),
+            session(9, PartitionId(3), "s"),
         ];
         for k in keys {
             assert!(k.starts_with(&p));
@@ -172,5 +194,6 @@ mod tests {
             dedup_key(&dedup(9, PartitionId(3), &DedupKey("id\u{0}pk".into()))),
             Some(DedupKey("id\u{0}pk".into()))
         );
+        assert_eq!(session_id(&session(9, PartitionId(3), "a/b")), Some("a/b".into()));
     }
 }

@@ -40,7 +40,8 @@ pub mod types;
 
 pub use address::{Address, AddressError, EntityAddress, EntityPath, PathShape};
 pub use broker::{
-    Availability, Broker, BrokerOptions, QueueInfo, QueueRuntime, SendFuture, TopicRuntime,
+    Availability, Broker, BrokerOptions, QueueInfo, QueueRuntime, SendFuture, SessionReceiver,
+    TopicRuntime,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use description::{
@@ -48,7 +49,7 @@ pub use description::{
     RuleDescription, RuleFilter, SubscriptionDescription, TopicDescription,
 };
 pub use entity::{EntityDescription, EntityInfo, EntityKind};
-pub use error::{BrokerError, Result};
+pub use error::{BrokerError, Result, SessionError};
 pub use message::{
     ApplicationProperties, BrokerProperties, Disposition, Message, MessageLock, MessageProperties,
     MessageState, PropertyValue, ReceivedMessage,

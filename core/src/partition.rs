@@ -17,6 +17,7 @@
 //! - `index.rs` — the in-memory index: an entry per message and sub-queue, and the available,
 //!   scheduled and expiring sets.
 //! - `locks.rs` — the lock table, by token and by expiry.
+//! - `sessions.rs` — the sessions of a session-enabled entity: messages, locks, state.
 //! - `bodies.rs` — the broker-wide [`BodyCache`], outgoing messages, which bodies a cycle reads.
 //! - `journal.rs` — the only code that turns records into store keys and values, both ways.
 //! - `effects.rs` — what a cycle decided, carried out after its write.
@@ -39,6 +40,7 @@ mod effects;
 mod index;
 mod journal;
 mod locks;
+mod sessions;
 mod state;
 mod sub_queues;
 mod tally;
@@ -51,16 +53,19 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot, Notify};
 
 pub(crate) use self::bodies::BodyCache;
 use self::journal::Journal;
+pub(crate) use self::sessions::SessionId;
 use self::state::PartitionState;
+pub(crate) use self::state::NOT_SESSIONFUL;
 use self::sub_queues::SubQueues;
 use self::topic::TopicPart;
 use crate::clock::Clock;
 use crate::description::QueueDescription;
-use crate::error::{BrokerError, Result};
+use crate::error::{BrokerError, Result, SessionError};
 use crate::keys::EntityId;
 use crate::message::{Disposition, Message, ReceivedMessage};
 use crate::metrics as m;
@@ -92,6 +97,16 @@ pub struct PartitionCounts {
     pub dead_lettered: u64,
     pub size_bytes: u64,
 }
+
+/// A session lock granted to a receiver.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionGrant {
+    pub(crate) session: SessionId,
+    pub(crate) locked_until: Timestamp,
+}
+
+/// The answer to a session command.
+pub(crate) type SessionReply<T> = oneshot::Sender<Result<T, SessionError>>;
 
 /// A request to a partition actor.
 pub(crate) enum Command {
@@ -146,6 +161,47 @@ pub(crate) enum Command {
     RemoveLane(oneshot::Sender<Result<()>>),
     /// A topic partition: whether a message no subscription takes is refused.
     Filtering(bool),
+    /// Locks a session for a receiver (`None`: the oldest unlocked one with an available
+    /// message; `Ok(None)` if there is none) and delivers its messages to it from then on.
+    AcceptSession {
+        session: Option<SessionId>,
+        receiver: Arc<ReceiverShared>,
+        reply: SessionReply<Option<SessionGrant>>,
+    },
+    /// Extends the lock the receiver `holder` holds on its session.
+    RenewSession {
+        holder: u64,
+        reply: SessionReply<Timestamp>,
+    },
+    /// Reads (`set` None) or sets a session's state; with a `holder`, only if it holds the
+    /// session.
+    SessionState {
+        session: SessionId,
+        holder: Option<u64>,
+        set: Option<Option<Bytes>>,
+        reply: SessionReply<Option<Bytes>>,
+    },
+    /// Up to `max` session ids after `after`, in id order (see `SessionIndex::list`).
+    ListSessions {
+        updated_after: Option<Timestamp>,
+        after: Option<String>,
+        max: usize,
+        reply: oneshot::Sender<Result<Vec<String>>>,
+    },
+    /// Peeks the messages of one session.
+    PeekSession {
+        session: SessionId,
+        from: SequenceNumber,
+        max: usize,
+        reply: oneshot::Sender<Result<Vec<ReceivedMessage>>>,
+    },
+    /// Receives deferred messages of the session `holder` holds.
+    ReceiveDeferredSession {
+        holder: u64,
+        sequence_numbers: Vec<SequenceNumber>,
+        mode: ReceiveMode,
+        reply: oneshot::Sender<Result<Vec<ReceivedMessage>>>,
+    },
 }
 
 /// Identifies a lane of a partition: the queue's, topic's or subscription's entity id.
@@ -178,6 +234,10 @@ pub(crate) struct PartitionShared {
     deliverable: SubQueues<AtomicU64>,
     nudge_pending: AtomicBool,
     size_bytes: AtomicU64,
+    /// Sessions that accept-next could lock now (session-enabled entities only).
+    ready_sessions: AtomicU64,
+    /// Woken when `ready_sessions` grows: accept-next waiters wait on it.
+    pub(crate) session_ready: Notify,
 }
 
 impl PartitionShared {
@@ -187,6 +247,8 @@ impl PartitionShared {
             deliverable: SubQueues::default(),
             nudge_pending: AtomicBool::new(false),
             size_bytes: AtomicU64::new(0),
+            ready_sessions: AtomicU64::new(0),
+            session_ready: Notify::new(),
         })
     }
 
@@ -200,6 +262,10 @@ impl PartitionShared {
 
     pub(crate) fn size_bytes(&self) -> u64 {
         self.size_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn ready_sessions(&self) -> u64 {
+        self.ready_sessions.load(Ordering::SeqCst)
     }
 }
 
@@ -526,6 +592,18 @@ impl Partition {
             Command::Peek { reply, .. } => fail(reply, error),
             Command::Counts { reply } => fail(reply, error),
             Command::RemoveLane(reply) => fail(reply, error),
+            Command::ListSessions { reply, .. } => fail(reply, error),
+            Command::PeekSession { reply, .. } => fail(reply, error),
+            Command::ReceiveDeferredSession { reply, .. } => fail(reply, error),
+            Command::AcceptSession { reply, .. } => {
+                let _ = reply.send(Err(error.clone().into()));
+            }
+            Command::RenewSession { reply, .. } => {
+                let _ = reply.send(Err(error.clone().into()));
+            }
+            Command::SessionState { reply, .. } => {
+                let _ = reply.send(Err(error.clone().into()));
+            }
             Command::Update(description) => state.description = description,
             Command::Attach(receiver) => state.attach(receiver),
             Command::Detach(id) => state.detach(id),
@@ -658,4 +736,11 @@ fn publish_state(state: &PartitionState, shared: &PartitionShared) {
         shared.deliverable[queue].store(available.len() as u64, Ordering::SeqCst);
     }
     shared.size_bytes.store(state.index.size_bytes, Ordering::Relaxed);
+    if let Some(sessions) = &state.index.sessions {
+        let ready = sessions.ready_len() as u64;
+        let before = shared.ready_sessions.swap(ready, Ordering::SeqCst);
+        if ready > before {
+            shared.session_ready.notify_waiters();
+        }
+    }
 }

@@ -18,8 +18,8 @@ use tokio::sync::{oneshot, Notify};
 
 use crate::broker::EntityHandle;
 use crate::message::{Disposition, ReceivedMessage};
-use crate::partition::Command;
-use crate::types::{ReceiveMode, SubQueue};
+use crate::partition::{Command, PartitionHandle};
+use crate::types::{PartitionId, ReceiveMode, SubQueue};
 
 #[derive(Debug, Default)]
 struct ReceiverState {
@@ -27,6 +27,8 @@ struct ReceiverState {
     reserved: u32,
     buffer: VecDeque<ReceivedMessage>,
     closed: bool,
+    /// A session receiver whose session lock expired (or was dropped by a rebuild).
+    lost: bool,
     /// Also woken on every arrival (a transport's connection task).
     watcher: Option<Arc<Notify>>,
 }
@@ -118,6 +120,16 @@ impl ReceiverShared {
         self.lock().buffer.drain(..).collect()
     }
 
+    /// A session receiver's session lock is gone: it closes, and says so.
+    pub(crate) fn lose(&self) {
+        self.lock().lost = true;
+        self.close();
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lock().lost
+    }
+
     pub(crate) fn close(&self) {
         let watcher = {
             let mut s = self.lock();
@@ -140,6 +152,8 @@ impl ReceiverShared {
 pub struct Receiver {
     shared: Arc<ReceiverShared>,
     entity: Arc<EntityHandle>,
+    /// A session receiver's partition: the only one that feeds it.
+    only: Option<PartitionId>,
 }
 
 impl fmt::Debug for Receiver {
@@ -163,7 +177,30 @@ impl Receiver {
         for partition in &entity.partitions {
             partition.send(Command::Attach(shared.clone()));
         }
-        Receiver { shared, entity }
+        Receiver { shared, entity, only: None }
+    }
+
+    /// A receiver fed by one partition only, which has registered `shared` already (a
+    /// session's holder, see `Command::AcceptSession`).
+    pub(crate) fn bound(
+        entity: Arc<EntityHandle>,
+        shared: Arc<ReceiverShared>,
+        partition: PartitionId,
+    ) -> Self {
+        Receiver { shared, entity, only: Some(partition) }
+    }
+
+    /// The partitions that feed this receiver.
+    fn partitions(&self) -> &[PartitionHandle] {
+        let all = &self.entity.partitions[..];
+        match self.only {
+            Some(p) => all.get(usize::from(p.0)..=usize::from(p.0)).unwrap_or_default(),
+            None => all,
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<ReceiverShared> {
+        &self.shared
     }
 
     pub fn mode(&self) -> ReceiveMode {
@@ -230,7 +267,7 @@ impl Receiver {
         // either the partition sees this credit, or this sees its message and nudges it.
         fence(Ordering::SeqCst);
         let queue = self.shared.queue;
-        for partition in &self.entity.partitions {
+        for partition in self.partitions() {
             if partition.shared.has_deliverable(queue) {
                 partition.nudge();
             }
@@ -264,8 +301,8 @@ impl Receiver {
     /// Returns the credit given up. Every message that used credit is in the buffer when this
     /// returns (AMQP's drain).
     pub async fn drain(&self) -> u32 {
-        let mut acks = Vec::with_capacity(self.entity.partitions.len());
-        for partition in &self.entity.partitions {
+        let mut acks = Vec::with_capacity(self.partitions().len());
+        for partition in self.partitions() {
             let (tx, rx) = oneshot::channel();
             partition.send(Command::Drain(tx));
             acks.push(rx);
@@ -303,7 +340,9 @@ impl Drop for Receiver {
                 });
             }
         }
-        for partition in &self.entity.partitions {
+        // A session receiver's detach also releases its session (without counting a
+        // delivery for the messages it had locked).
+        for partition in self.partitions() {
             partition.send(Command::Detach(self.shared.id));
         }
     }

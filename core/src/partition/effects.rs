@@ -57,15 +57,15 @@ impl Effects {
 
     /// Queues a reply to be sent after the cycle's write: `answer` if the write succeeded,
     /// the write's error otherwise.
-    pub(crate) fn reply<T: Send + Sync + 'static>(
-        &mut self,
-        tx: oneshot::Sender<Result<T>>,
-        answer: Result<T>,
-    ) {
+    pub(crate) fn reply<T, E>(&mut self, tx: oneshot::Sender<Result<T, E>>, answer: Result<T, E>)
+    where
+        T: Send + Sync + 'static,
+        E: From<BrokerError> + Send + Sync + 'static,
+    {
         self.replies.push(Box::new(move |written: &Result<(), BrokerError>| {
             let _ = tx.send(match written {
                 Ok(()) => answer,
-                Err(e) => Err(e.clone()),
+                Err(e) => Err(e.clone().into()),
             });
         }));
     }

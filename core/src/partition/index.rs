@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use super::sessions::{SessionId, SessionIndex};
 use super::sub_queues::SubQueues;
 use crate::codec::MessageMeta;
 use crate::message::{
@@ -48,6 +49,8 @@ pub(crate) struct Aux {
     pub(crate) body_seq: Option<SequenceNumber>,
     pub(crate) removed_properties: Vec<String>,
     pub(crate) system_properties: Option<Box<MessageProperties>>,
+    /// The message's session, on a session-enabled entity.
+    pub(crate) session: Option<SessionId>,
 }
 
 impl Aux {
@@ -61,6 +64,7 @@ impl Aux {
             && self.body_seq.is_none()
             && self.removed_properties.is_empty()
             && self.system_properties.is_none()
+            && self.session.is_none()
     }
 
     /// What a message put straight into a dead-letter queue carries: the reason and
@@ -127,6 +131,7 @@ impl Entry {
             body_seq: meta.body_sequence_number,
             removed_properties: meta.removed_properties,
             system_properties: meta.system_properties,
+            session: meta.session_id.map(SessionId::from),
         };
         if !aux.is_empty() {
             entry.aux = Some(Box::new(aux));
@@ -152,7 +157,13 @@ impl Entry {
             body_sequence_number: aux.and_then(|a| a.body_seq),
             removed_properties: aux.map(|a| a.removed_properties.clone()).unwrap_or_default(),
             system_properties: aux.and_then(|a| a.system_properties.clone()),
+            session_id: aux.and_then(|a| a.session.as_deref()).map(str::to_owned),
         }
+    }
+
+    /// The message's session (on a session-enabled entity).
+    pub(crate) fn session(&self) -> Option<&SessionId> {
+        self.aux.as_ref().and_then(|a| a.session.as_ref())
     }
 
     /// The sequence number the message's body is stored under: its own, or (a changed topic
@@ -203,11 +214,18 @@ pub(crate) struct Index {
     pub(crate) scheduled: BTreeSet<(Timestamp, SequenceNumber)>,
     /// Messages of the main queue that expire, by expiry time.
     pub(crate) expiring: BTreeSet<(Timestamp, SequenceNumber)>,
-    /// The sizes of every message, together.
+    /// The sizes of every message (and session state), together.
     pub(crate) size_bytes: u64,
+    /// The sessions of the main queue's messages: only on a session-enabled entity.
+    pub(crate) sessions: Option<Box<SessionIndex>>,
 }
 
 impl Index {
+    /// An empty index, with a session index if the entity requires sessions.
+    pub(crate) fn new(sessions: bool) -> Index {
+        Index { sessions: sessions.then(Box::default), ..Index::default() }
+    }
+
     pub(crate) fn entry(&self, queue: SubQueue, seq: SequenceNumber) -> Option<&Entry> {
         self.messages[queue].get(&seq)
     }
@@ -230,7 +248,35 @@ impl Index {
         if entry.state == MessageState::Active {
             self.available[queue].insert(seq);
         }
+        if let (SubQueue::Main, Some(sessions), Some(id)) =
+            (queue, self.sessions.as_deref_mut(), entry.session())
+        {
+            sessions.add_message(id, seq, entry.state == MessageState::Active);
+        }
         self.messages[queue].insert(seq, entry);
+    }
+
+    /// Takes a message out of the available set (it is being handed out).
+    pub(crate) fn take_available(&mut self, queue: SubQueue, seq: SequenceNumber) {
+        self.available[queue].remove(&seq);
+        self.session_available(queue, seq, false);
+    }
+
+    /// Puts a message back in the available set.
+    pub(crate) fn put_available(&mut self, queue: SubQueue, seq: SequenceNumber) {
+        self.available[queue].insert(seq);
+        self.session_available(queue, seq, true);
+    }
+
+    fn session_available(&mut self, queue: SubQueue, seq: SequenceNumber, available: bool) {
+        if queue != SubQueue::Main {
+            return;
+        }
+        if let Some(sessions) = self.sessions.as_deref_mut() {
+            if let Some(id) = self.messages[queue].get(&seq).and_then(Entry::session) {
+                sessions.set_available(id, seq, available);
+            }
+        }
     }
 
     /// Takes an entry out of the index and every set that orders it.
@@ -242,6 +288,9 @@ impl Index {
             self.expiring.remove(&(entry.expires_at, seq));
             if let Some(at) = entry.scheduled_at() {
                 self.scheduled.remove(&(at, seq));
+            }
+            if let (Some(sessions), Some(id)) = (self.sessions.as_deref_mut(), entry.session()) {
+                sessions.remove_message(id, seq);
             }
         }
         Some(entry)

@@ -72,6 +72,17 @@ impl Journal {
         self.batch.delete(keys::dedup(self.entity_id, self.partition, key));
     }
 
+    /// A session's state, or (None) its removal.
+    pub(crate) fn put_session_state(&mut self, session: &str, state: Option<(Timestamp, &[u8])>) {
+        let key = keys::session(self.entity_id, self.partition, session);
+        match state {
+            Some((updated_at, bytes)) => {
+                self.batch.put(key, codec::encode_session_state(updated_at, bytes))
+            }
+            None => self.batch.delete(key),
+        }
+    }
+
     /// Deletes everything a lane (a subscription) keeps in this partition, with one range
     /// delete.
     pub(crate) fn delete_lane(&mut self, lane: EntityId) {
@@ -107,6 +118,8 @@ pub(crate) enum Recovered {
     Counter(u64),
     Message(SubQueue, SequenceNumber, MessageMeta),
     Dedup(DedupKey, Timestamp),
+    /// A session's state: its id, when it was set, the state.
+    SessionState(String, Timestamp, bytes::Bytes),
 }
 
 /// Reads every record of a partition an index is built from (never bodies), in key order
@@ -134,6 +147,13 @@ pub(crate) async fn recover(
         let dedup_key = keys::dedup_key(key)
             .ok_or_else(|| StoreError::corrupted("invalid duplicate-detection key"))?;
         f(Recovered::Dedup(dedup_key, codec::decode_dedup(value)?))
+    })
+    .await?;
+    scan_each(store, &keys::sessions_prefix(entity_id, partition), |key, value| {
+        let id =
+            keys::session_id(key).ok_or_else(|| StoreError::corrupted("invalid session key"))?;
+        let (updated_at, state) = codec::decode_session_state(value)?;
+        f(Recovered::SessionState(id, updated_at, state))
     })
     .await
 }

@@ -9,16 +9,19 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use super::bodies::{BodyCache, Outgoing};
 use super::effects::Effects;
 use super::index::{Aux, Entry, Index, NEVER_EXPIRES};
 use super::journal::{Journal, Recovered};
 use super::locks::LockTable;
+use super::sessions::SessionId;
 use super::sub_queues::SubQueues;
-use super::{Command, PartitionCounts, SendOutcome};
+use super::{Command, PartitionCounts, SendOutcome, SessionGrant};
 use crate::dedup::{DedupKey, DedupWindow};
 use crate::description::QueueDescription;
-use crate::error::{BrokerError, Result};
+use crate::error::{BrokerError, Result, SessionError};
 use crate::message::{
     dead_letter_reason, ApplicationProperties, Disposition, Message, MessageLock, MessageState,
     PropertyValue,
@@ -33,6 +36,17 @@ use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue
 /// message; a range delete per 1,024 keeps RocksDB's range tombstones few. At most this many
 /// bodies of settled messages per partition wait on disk (after a crash: until the first sweep).
 const BODY_SWEEP: i64 = 1024;
+
+/// Service Bus's refusal of a session receiver on an entity without sessions.
+pub(crate) const NOT_SESSIONFUL: &str = "A sessionful message receiver cannot be created on an \
+    entity that does not require sessions. Ensure RequiresSession is set to true when creating a \
+    Queue or Subscription to enable sessionful behavior.";
+/// The dead-letter reason and description of a topic message without a SessionId in a
+/// session-enabled subscription.
+const SESSION_ID_NULL: (&str, &str) = (
+    "Session id is null.",
+    "Session enabled entity doesn't allow a message whose session identifier is null.",
+);
 
 /// The partition's in-memory state: an index of what its store holds, locks, the
 /// duplicate-detection window and the receivers attached, plus the effects of the cycle under
@@ -56,6 +70,8 @@ pub(crate) struct PartitionState {
     swept_to: SequenceNumber,
     pub(crate) receivers: SubQueues<Vec<Arc<ReceiverShared>>>,
     next_receiver: SubQueues<usize>,
+    /// Receivers holding a session of this partition, each fed only from its session.
+    session_receivers: Vec<(SessionId, Arc<ReceiverShared>)>,
     /// Whether bodies belong to the partition rather than to this state: a topic partition's
     /// lanes (the topic's scheduled messages, each subscription's copies) share one body per
     /// publish, so a removal reports the body in `fx.released` instead of deleting it, and the
@@ -77,9 +93,9 @@ impl PartitionState {
         PartitionState {
             partition,
             partitioned: description.enable_partitioning,
+            index: Index::new(description.requires_session),
             description,
             cache,
-            index: Index::default(),
             locks: LockTable::default(),
             dedup: DedupWindow::default(),
             last_counter: 0,
@@ -88,6 +104,7 @@ impl PartitionState {
             swept_to: SequenceNumber::default(),
             receivers: SubQueues::default(),
             next_receiver: SubQueues::default(),
+            session_receivers: Vec::new(),
             shared_bodies: false,
             entity_kind: "queue",
             fx: Effects::new(journal),
@@ -98,7 +115,11 @@ impl PartitionState {
     /// rebuilt from the store.
     pub(crate) fn reset(&mut self) {
         self.release_cache();
-        self.index = Index::default();
+        self.index = Index::new(self.description.requires_session);
+        // Session locks are memory only, like message locks: their holders lose them.
+        for (_, receiver) in self.session_receivers.drain(..) {
+            receiver.lose();
+        }
         self.locks = LockTable::default();
         self.dedup = DedupWindow::default();
         self.last_counter = 0;
@@ -118,6 +139,12 @@ impl PartitionState {
                 self.index.insert(queue, seq, Entry::from_meta(seq, meta));
             }
             Recovered::Dedup(key, until) => self.dedup.restore(key, until),
+            Recovered::SessionState(id, at, state) => {
+                if let Some(sessions) = self.index.sessions.as_deref_mut() {
+                    self.index.size_bytes += state.len() as u64;
+                    sessions.set_state(&SessionId::from(id), Some((at, state)));
+                }
+            }
         }
         Ok(())
     }
@@ -159,7 +186,10 @@ impl PartitionState {
             }
             Command::Update(description) => self.description = description,
             Command::Attach(receiver) => self.attach(receiver),
-            Command::Detach(id) => self.detach(id),
+            Command::Detach(id) => {
+                self.detach(id);
+                self.release_session(id, now, false);
+            }
             Command::Deliver => {}
             Command::Drain(ack) => self.fx.drains.push(ack),
             Command::Close => return false,
@@ -168,6 +198,33 @@ impl PartitionState {
             | Command::Configure(_)
             | Command::RemoveLane(_)
             | Command::Filtering(_) => {}
+            Command::AcceptSession { session, receiver, reply } => {
+                let outcome = self.accept_session(session, receiver, now);
+                self.fx.reply(reply, outcome);
+            }
+            Command::RenewSession { holder, reply } => {
+                let outcome = self.renew_session(holder, now);
+                self.fx.reply(reply, outcome);
+            }
+            Command::SessionState { session, holder, set, reply } => {
+                let outcome = self.session_state(&session, holder, set, now);
+                self.fx.reply(reply, outcome);
+            }
+            Command::ListSessions { updated_after, after, max, reply } => {
+                let outcome = match self.index.sessions.as_deref() {
+                    Some(sessions) => Ok(sessions.list(updated_after, after.as_deref(), max)),
+                    None => Err(BrokerError::InvalidOperation(NOT_SESSIONFUL.into())),
+                };
+                self.fx.reply(reply, outcome);
+            }
+            Command::PeekSession { session, from, max, reply } => {
+                let peeked = self.peek_session(&session, from, max);
+                self.fx.lists.push((reply, Ok(peeked)));
+            }
+            Command::ReceiveDeferredSession { holder, sequence_numbers, mode, reply } => {
+                let outcome = self.receive_deferred_session(holder, &sequence_numbers, mode, now);
+                self.fx.lists.push((reply, outcome));
+            }
         }
         true
     }
@@ -190,6 +247,7 @@ impl PartitionState {
             self.index.expiring.first().map(|(t, _)| *t),
             self.locks.next_expiry(),
             self.dedup.next_expiry(),
+            self.index.sessions.as_deref().and_then(|s| s.next_expiry()),
         ]
         .into_iter()
         .flatten()
@@ -215,11 +273,21 @@ impl PartitionState {
                 r.close();
             }
         }
+        for (_, r) in self.session_receivers.drain(..) {
+            r.close();
+        }
     }
 
     // ---- time ----
 
     pub(crate) fn process_due(&mut self, now: Timestamp) {
+        while let Some(expired) =
+            self.index.sessions.as_deref_mut().and_then(|s| s.pop_expired(now))
+        {
+            if let Some(holder) = expired {
+                self.release_session(holder, now, true);
+            }
+        }
         while let Some(expired) = self.locks.pop_expired(now) {
             if let Some((queue, seq)) = expired {
                 metrics::counter!(m::LOCK_EXPIRATIONS_TOTAL).increment(1);
@@ -344,6 +412,32 @@ impl PartitionState {
         scheduled: bool,
         aux: Option<Aux>,
     ) {
+        let (mut queue, mut aux) = (queue, aux);
+        if queue == SubQueue::Main && self.index.sessions.is_some() {
+            let properties = aux.as_ref().and_then(|a| a.system_properties.as_deref());
+            match &properties.unwrap_or(&message.properties).session_id {
+                Some(id) => {
+                    aux.get_or_insert_with(Aux::default).session = Some(SessionId::from(&**id))
+                }
+                None => {
+                    // Only a topic's copy gets here: a send to a session queue without a
+                    // SessionId is refused by the broker.
+                    metrics::counter!(m::DEAD_LETTERED_TOTAL, "reason" => "session").increment(1);
+                    let (reason, description) = SESSION_ID_NULL;
+                    let dead = Aux::dead_lettered(reason.to_owned(), description.to_owned());
+                    aux = Some(match aux {
+                        Some(mut a) => {
+                            a.modified_properties.extend(dead.modified_properties);
+                            a.dead_letter_reason = dead.dead_letter_reason;
+                            a.dead_letter_error_description = dead.dead_letter_error_description;
+                            a
+                        }
+                        None => dead,
+                    });
+                    queue = SubQueue::DeadLetter;
+                }
+            }
+        }
         let default_ttl = self.description.default_message_time_to_live;
         let ttl = message.properties.time_to_live.map_or(default_ttl, |t| t.min(default_ttl));
         let size = u32::try_from(message.size()).unwrap_or(u32::MAX);
@@ -380,8 +474,14 @@ impl PartitionState {
     // ---- locks and settlement ----
 
     fn unlock(&mut self, queue: SubQueue, seq: SequenceNumber) {
-        if let Some(lock) = self.index.entry_mut(queue, seq).and_then(Entry::take_lock) {
+        let Some(entry) = self.index.messages[queue].get_mut(&seq) else { return };
+        if let Some(lock) = entry.take_lock() {
             self.locks.remove(lock);
+            if let (SubQueue::Main, Some(sessions), Some(id)) =
+                (queue, self.index.sessions.as_deref_mut(), entry.session())
+            {
+                sessions.set_locked(id, seq, false);
+            }
         }
     }
 
@@ -463,6 +563,11 @@ impl PartitionState {
         let seq = self.locks.locked(queue, token)?;
         let until = now.saturating_add(self.description.lock_duration);
         let entry = self.index.entry_mut(queue, seq).ok_or(BrokerError::MessageLockLost)?;
+        if queue == SubQueue::Main && entry.session().is_some() {
+            return Err(BrokerError::InvalidOperation(
+                "a message of a session is locked by its session: renew the session lock".into(),
+            ));
+        }
         let lock =
             entry.aux.as_mut().and_then(|a| a.lock.as_mut()).ok_or(BrokerError::MessageLockLost)?;
         let old = std::mem::replace(&mut lock.locked_until, until);
@@ -477,6 +582,12 @@ impl PartitionState {
         mode: ReceiveMode,
         now: Timestamp,
     ) -> Result<Vec<Outgoing>> {
+        if queue == SubQueue::Main && self.index.sessions.is_some() {
+            return Err(BrokerError::InvalidOperation(
+                "deferred messages of a session-enabled entity are received through their session"
+                    .into(),
+            ));
+        }
         for &seq in sequence_numbers {
             match self.index.entry(queue, seq) {
                 Some(e) if e.state == MessageState::Deferred && e.lock().is_none() => {}
@@ -502,19 +613,27 @@ impl PartitionState {
         mode: ReceiveMode,
         now: Timestamp,
     ) -> Outgoing {
-        self.index.available[queue].remove(&seq);
+        self.index.take_available(queue, seq);
         self.fx.tally.outgoing += 1;
         let partition = self.partition;
         match mode {
             ReceiveMode::PeekLock => {
+                let token = LockToken::generate(partition);
+                // A session message's lock ends with its session's (it has no expiry of its own).
+                let session_until = self.lock_for_session(queue, seq);
                 let lock = MessageLock {
-                    token: LockToken::generate(partition),
-                    locked_until: now.saturating_add(self.description.lock_duration),
+                    token,
+                    locked_until: match session_until {
+                        Some(_) => Timestamp::MAX,
+                        None => now.saturating_add(self.description.lock_duration),
+                    },
                 };
                 self.locks.insert(queue, seq, lock);
                 let entry = self.index.entry_mut(queue, seq).expect("handed-out message exists");
                 entry.aux_mut().lock = Some(lock);
-                Outgoing::of(entry, seq, partition, Some(lock))
+                let shown =
+                    MessageLock { token, locked_until: session_until.unwrap_or(lock.locked_until) };
+                Outgoing::of(entry, seq, partition, Some(shown))
             }
             ReceiveMode::ReceiveAndDelete => {
                 let entry = self.index.entry(queue, seq).expect("handed-out message exists");
@@ -560,12 +679,194 @@ impl PartitionState {
                 self.fx.deliveries.push((receiver, outgoing));
             }
         }
+        if !self.session_receivers.is_empty() {
+            self.deliver_sessions(now);
+        }
     }
 
-    /// Whether a sub-queue has both an available message and a receiver with credit.
+    // ---- sessions ----
+
+    /// Hands each session holder its session's available messages, in order, while it has
+    /// credit.
+    fn deliver_sessions(&mut self, now: Timestamp) {
+        for i in 0..self.session_receivers.len() {
+            let (id, receiver) = self.session_receivers[i].clone();
+            while let Some(seq) =
+                self.index.sessions.as_deref().and_then(|s| s.first_available(&id))
+            {
+                if !receiver.try_reserve() {
+                    break;
+                }
+                let outgoing = self.hand_out(SubQueue::Main, seq, receiver.mode, now);
+                self.fx.deliveries.push((receiver.clone(), outgoing));
+            }
+        }
+    }
+
+    /// If `seq` belongs to a held session: records it as locked by the session and returns
+    /// the session lock's expiry.
+    fn lock_for_session(&mut self, queue: SubQueue, seq: SequenceNumber) -> Option<Timestamp> {
+        if queue != SubQueue::Main {
+            return None;
+        }
+        let sessions = self.index.sessions.as_deref_mut()?;
+        let id = self.index.messages[queue].get(&seq)?.session()?;
+        let lock = sessions.lock_of(id)?;
+        sessions.set_locked(id, seq, true);
+        Some(lock.until)
+    }
+
+    fn accept_session(
+        &mut self,
+        session: Option<SessionId>,
+        receiver: Arc<ReceiverShared>,
+        now: Timestamp,
+    ) -> Result<Option<SessionGrant>, SessionError> {
+        let until = now.saturating_add(self.description.lock_duration);
+        let Some(sessions) = self.index.sessions.as_deref_mut() else {
+            return Err(BrokerError::InvalidOperation(NOT_SESSIONFUL.into()).into());
+        };
+        // A waiter that gave up before its turn came gets nothing.
+        if receiver.is_closed() {
+            return Ok(None);
+        }
+        let session = match session {
+            Some(id) if sessions.lock_of(&id).is_some() => {
+                return Err(SessionError::CannotBeLocked { session: id.to_string() })
+            }
+            Some(id) => id,
+            None => match sessions.next_ready() {
+                Some(id) => id,
+                None => return Ok(None),
+            },
+        };
+        sessions.lock(&session, receiver.id, until);
+        self.session_receivers.push((session.clone(), receiver));
+        Ok(Some(SessionGrant { session, locked_until: until }))
+    }
+
+    /// Ends the lock `holder` has on a session: on expiry its locked messages count a delivery
+    /// and the holder loses the session; on release (the holder closed) they are just
+    /// unlocked.
+    fn release_session(&mut self, holder: u64, now: Timestamp, expired: bool) {
+        if self.index.sessions.is_none() {
+            return;
+        }
+        self.session_receivers.retain(|(_, r)| {
+            if r.id != holder {
+                return true;
+            }
+            if expired {
+                r.lose();
+            }
+            false
+        });
+        let Some((_, locked)) =
+            self.index.sessions.as_deref_mut().and_then(|s| s.unlock_holder(holder))
+        else {
+            return;
+        };
+        for seq in locked {
+            self.unlock(SubQueue::Main, seq);
+            if expired {
+                metrics::counter!(m::LOCK_EXPIRATIONS_TOTAL).increment(1);
+                self.after_failed_delivery(SubQueue::Main, seq, ApplicationProperties::new(), now);
+            } else {
+                self.make_available(SubQueue::Main, seq, now);
+            }
+        }
+    }
+
+    fn renew_session(&mut self, holder: u64, now: Timestamp) -> Result<Timestamp, SessionError> {
+        let until = now.saturating_add(self.description.lock_duration);
+        let sessions = self.index.sessions.as_deref_mut().ok_or(SessionError::LockLost)?;
+        let id = sessions.held_by(holder).cloned().ok_or(SessionError::LockLost)?;
+        if sessions.renew(&id, holder, until) {
+            Ok(until)
+        } else {
+            Err(SessionError::LockLost)
+        }
+    }
+
+    /// Reads (`set` None) or sets a session's state. A state is at most the entity's maximum
+    /// message size, counts in the entity's size, and `None` clears it.
+    fn session_state(
+        &mut self,
+        session: &SessionId,
+        holder: Option<u64>,
+        set: Option<Option<Bytes>>,
+        now: Timestamp,
+    ) -> Result<Option<Bytes>, SessionError> {
+        let max = self.description.max_message_size();
+        let Some(sessions) = self.index.sessions.as_deref_mut() else {
+            return Err(BrokerError::InvalidOperation(NOT_SESSIONFUL.into()).into());
+        };
+        if let Some(holder) = holder {
+            if sessions.lock_of(session).is_none_or(|l| l.holder != holder) {
+                return Err(SessionError::LockLost);
+            }
+        }
+        let Some(state) = set else { return Ok(sessions.state(session)) };
+        if let Some(bytes) = &state {
+            if bytes.len() > max {
+                return Err(BrokerError::MessageSizeExceeded { size: bytes.len(), max }.into());
+            }
+        }
+        let new = state.as_ref().map_or(0, |b| b.len() as u64);
+        let old = sessions.set_state(session, state.clone().map(|b| (now, b)));
+        self.index.size_bytes = self.index.size_bytes - old + new;
+        self.fx.journal.put_session_state(session, state.as_ref().map(|b| (now, &b[..])));
+        Ok(None)
+    }
+
+    fn peek_session(&self, session: &str, from: SequenceNumber, max: usize) -> Vec<Outgoing> {
+        let Some(sessions) = self.index.sessions.as_deref() else { return Vec::new() };
+        sessions
+            .messages_from(session, from)
+            .take(max)
+            .filter_map(|seq| {
+                let entry = self.index.entry(SubQueue::Main, seq)?;
+                Some(Outgoing::of(entry, seq, self.partition, None))
+            })
+            .collect()
+    }
+
+    fn receive_deferred_session(
+        &mut self,
+        holder: u64,
+        sequence_numbers: &[SequenceNumber],
+        mode: ReceiveMode,
+        now: Timestamp,
+    ) -> Result<Vec<Outgoing>> {
+        let sessions = self.index.sessions.as_deref().ok_or(BrokerError::MessageLockLost)?;
+        let id = sessions.held_by(holder).ok_or(BrokerError::MessageLockLost)?;
+        for &seq in sequence_numbers {
+            let deferred = sessions.contains(id, seq)
+                && self
+                    .index
+                    .entry(SubQueue::Main, seq)
+                    .is_some_and(|e| e.state == MessageState::Deferred && e.lock().is_none());
+            if !deferred {
+                return Err(BrokerError::MessageNotFound(seq));
+            }
+        }
+        let mut received = Vec::with_capacity(sequence_numbers.len());
+        for (i, &seq) in sequence_numbers.iter().enumerate() {
+            if !sequence_numbers[..i].contains(&seq) {
+                received.push(self.hand_out(SubQueue::Main, seq, mode, now));
+            }
+        }
+        Ok(received)
+    }
+
+    /// Whether a sub-queue (or a held session) has both an available message and a receiver
+    /// with credit.
     pub(crate) fn can_deliver(&self) -> bool {
         self.index.available.iter().any(|(queue, available)| {
             !available.is_empty() && self.receivers[queue].iter().any(|r| r.has_credit())
+        }) || self.session_receivers.iter().any(|(id, r)| {
+            r.has_credit()
+                && self.index.sessions.as_deref().is_some_and(|s| s.first_available(id).is_some())
         })
     }
 
@@ -649,7 +950,7 @@ impl PartitionState {
             self.index.expiring.insert((expires_at, seq));
         }
         if state == MessageState::Active {
-            self.index.available[queue].insert(seq);
+            self.index.put_available(queue, seq);
         }
     }
 

@@ -15,10 +15,11 @@ use tokio::sync::oneshot;
 
 use super::bodies::BodyCache;
 use super::journal::Journal;
+use super::sessions::SessionId;
 use super::state::PartitionState;
 use super::{Command, PartitionCounts, SendOutcome};
 use crate::description::QueueDescription;
-use crate::error::{BrokerError, Result};
+use crate::error::{BrokerError, Result, SessionError};
 use crate::message::{ApplicationProperties, Disposition, Message, MessageState, ReceivedMessage};
 use crate::receiver::ReceiverShared;
 use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp};
@@ -596,5 +597,261 @@ fn partition_state_follows_the_model() {
     let seeds = seeds_from_env().unwrap_or_else(|| FIXED_SEEDS.to_vec());
     for seed in seeds {
         run(seed, steps);
+    }
+}
+
+// ---- sessions ----
+
+/// The sessions the session model sends to.
+const SESSIONS: [&str; 3] = ["a", "b", "c"];
+
+/// A message of a session, as the session model sees it.
+#[derive(Debug)]
+struct SessionMsg {
+    session: usize,
+    deferred: bool,
+    delivery_count: u32,
+    lock: Option<LockToken>,
+}
+
+/// A session receiver the session model drives.
+struct Slot {
+    shared: Arc<ReceiverShared>,
+    session: usize,
+    credit: u32,
+}
+
+/// Session rules, written plainly: one holder per session, delivery of a session's lowest
+/// available message first, expiry counts a delivery for the held messages, release does not.
+#[derive(Debug, Default)]
+struct SessionModel {
+    messages: BTreeMap<SequenceNumber, SessionMsg>,
+    counter: u64,
+    /// Each session's holder (receiver id) and lock expiry.
+    holders: [Option<(u64, Timestamp)>; 3],
+}
+
+impl SessionModel {
+    fn first_available(&self, session: usize) -> Option<SequenceNumber> {
+        self.messages
+            .iter()
+            .find(|(_, m)| m.session == session && !m.deferred && m.lock.is_none())
+            .map(|(s, _)| *s)
+    }
+
+    /// The unlocked session whose first available message is oldest.
+    fn next_ready(&self) -> Option<usize> {
+        (0..SESSIONS.len())
+            .filter(|s| self.holders[*s].is_none())
+            .filter_map(|s| Some((self.first_available(s)?, s)))
+            .min()
+            .map(|(_, s)| s)
+    }
+
+    fn release(&mut self, session: usize, expired: bool) {
+        self.holders[session] = None;
+        for m in self.messages.values_mut().filter(|m| m.session == session) {
+            if m.lock.take().is_some() && expired {
+                m.delivery_count += 1;
+            }
+        }
+    }
+}
+
+/// Sends a session command in a cycle and returns its answer.
+fn ask_session<T>(
+    h: &mut Harness,
+    make: impl FnOnce(oneshot::Sender<Result<T, SessionError>>) -> Command,
+) -> Result<T, SessionError> {
+    let (tx, mut rx) = oneshot::channel();
+    h.cycle(vec![make(tx)]);
+    rx.try_recv().expect("answered in the cycle")
+}
+
+fn run_sessions(seed: u64, steps: usize) {
+    let mut rng = Rng(seed);
+    let description = QueueDescription {
+        lock_duration: LOCK,
+        max_delivery_count: 1000,
+        requires_session: true,
+        ..QueueDescription::default()
+    };
+    // The harness's plain receivers never get credit: a session entity has none.
+    let mut h = Harness::new(description, u64::MAX / 2, ReceiveMode::PeekLock);
+    let mut model = SessionModel::default();
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut next_id = 100;
+    // Lock tokens handed out, with their message.
+    let mut held: Vec<(LockToken, SequenceNumber)> = Vec::new();
+    let (mut deliveries, mut expirations) = (0, 0);
+
+    for step in 0..steps {
+        let at = format!("seed {seed} step {step}");
+        match rng.below(100) {
+            0..=29 => {
+                let s = rng.below(3) as usize;
+                let message = Arc::new(Message::new("x").with_session_id(SESSIONS[s]));
+                let messages = vec![message.clone()];
+                let (outcome, _) = h.ask(|reply| Command::Send { messages, reply });
+                model.counter += 1;
+                let seq = Model::seq(model.counter);
+                assert_eq!(outcome.expect(&at), vec![SendOutcome::Enqueued(seq)], "{at}");
+                h.bodies.insert(seq, message);
+                let m = SessionMsg { session: s, deferred: false, delivery_count: 0, lock: None };
+                model.messages.insert(seq, m);
+            }
+            30..=47 => {
+                let named = rng.chance(50).then(|| rng.below(3) as usize);
+                let shared =
+                    Arc::new(ReceiverShared::new(next_id, ReceiveMode::PeekLock, SubQueue::Main));
+                next_id += 1;
+                let receiver = shared.clone();
+                let session = named.map(|s| SessionId::from(SESSIONS[s]));
+                let outcome = ask_session(&mut h, |reply| Command::AcceptSession {
+                    session,
+                    receiver,
+                    reply,
+                });
+                let expected = match named {
+                    Some(s) if model.holders[s].is_some() => None,
+                    Some(s) => Some(s),
+                    None => model.next_ready(),
+                };
+                match (named, expected, outcome) {
+                    (Some(_), None, Err(SessionError::CannotBeLocked { .. })) => {}
+                    (None, None, Ok(None)) => {}
+                    (_, Some(s), Ok(Some(grant))) => {
+                        assert_eq!(&*grant.session, SESSIONS[s], "{at}");
+                        assert_eq!(grant.locked_until, h.now.saturating_add(LOCK), "{at}");
+                        model.holders[s] = Some((shared.id, grant.locked_until));
+                        slots.push(Slot { shared, session: s, credit: 0 });
+                    }
+                    (named, expected, outcome) => {
+                        panic!("{at}: accept {named:?}: expected {expected:?}, got {outcome:?}")
+                    }
+                }
+            }
+            48..=62 if !slots.is_empty() => {
+                let slot = rng.below(slots.len() as u64) as usize;
+                let n = 1 + rng.below(3) as u32;
+                slots[slot].shared.grant(n);
+                slots[slot].credit += n;
+                h.cycle(vec![Command::Deliver]);
+            }
+            63..=79 if !held.is_empty() => {
+                let (token, seq) = held.swap_remove(rng.below(held.len() as u64) as usize);
+                let (disposition, kind) = match rng.below(3) {
+                    0 => (Disposition::Complete, 0),
+                    1 => (Disposition::Abandon { properties: properties() }, 1),
+                    _ => (Disposition::Defer { properties: properties() }, 2),
+                };
+                let items = vec![(token, disposition)];
+                let (outcome, _) =
+                    h.ask(|reply| Command::Settle { queue: SubQueue::Main, items, reply });
+                let outcome = outcome.expect(&at).pop().expect(&at);
+                let locked = model.messages.get(&seq).is_some_and(|m| m.lock == Some(token));
+                assert_eq!(outcome.is_ok(), locked, "{at}: settle {seq:?}: {outcome:?}");
+                if locked {
+                    match kind {
+                        0 => drop(model.messages.remove(&seq)),
+                        _ => {
+                            let m = model.messages.get_mut(&seq).expect(&at);
+                            m.lock = None;
+                            if kind == 1 {
+                                m.delivery_count += 1;
+                            } else {
+                                m.deferred = true;
+                            }
+                        }
+                    }
+                }
+            }
+            80..=85 if !slots.is_empty() => {
+                let slot = slots.remove(rng.below(slots.len() as u64) as usize);
+                slot.shared.close();
+                model.release(slot.session, false);
+                h.cycle(vec![Command::Detach(slot.shared.id)]);
+            }
+            86..=90 if !slots.is_empty() => {
+                let slot = &slots[rng.below(slots.len() as u64) as usize];
+                let (holder, session) = (slot.shared.id, slot.session);
+                let outcome = ask_session(&mut h, |reply| Command::RenewSession { holder, reply });
+                let until = h.now.saturating_add(LOCK);
+                assert_eq!(outcome, Ok(until), "{at}");
+                model.holders[session] = Some((holder, until));
+            }
+            _ => {
+                h.now = h.now.saturating_add(Duration::from_secs(rng.below(25)));
+                // Session locks that expired by now are released first in the cycle, counting
+                // a delivery for their messages; their holders lose them.
+                let mut lost = Vec::new();
+                for s in 0..SESSIONS.len() {
+                    if let Some((holder, until)) = model.holders[s] {
+                        if until <= h.now {
+                            model.release(s, true);
+                            let slot = slots.iter().position(|x| x.shared.id == holder);
+                            lost.push(slots.remove(slot.expect(&at)));
+                        }
+                    }
+                }
+                h.cycle(Vec::new());
+                for slot in lost {
+                    assert!(slot.shared.is_lost(), "{at}: the holder loses its session");
+                    expirations += 1;
+                }
+            }
+        }
+        // What each holder got this step: its session's lowest available messages, in order,
+        // as far as its credit goes (holders in the order they accepted).
+        for slot in &mut slots {
+            let got = slot.shared.take_buffered();
+            for m in got {
+                let expected = model.first_available(slot.session);
+                assert_eq!(Some(m.sequence_number()), expected, "{at}: delivery order");
+                assert!(slot.credit > 0, "{at}: delivered without credit");
+                slot.credit -= 1;
+                let token = m.lock.expect("peek-lock").token;
+                let until = model.holders[slot.session].expect(&at).1;
+                assert_eq!(m.lock.map(|l| l.locked_until), Some(until), "{at}: session lock");
+                let entry = model.messages.get_mut(&m.sequence_number()).expect(&at);
+                assert_eq!(m.broker.delivery_count, entry.delivery_count, "{at}");
+                entry.lock = Some(token);
+                held.push((token, m.sequence_number()));
+                deliveries += 1;
+            }
+            if slot.credit > 0 {
+                assert_eq!(model.first_available(slot.session), None, "{at}: credit left unused");
+            }
+        }
+        // The index agrees with the model, and so does accept-next's choice.
+        let main = &h.state.index.messages[SubQueue::Main];
+        assert_eq!(main.len(), model.messages.len(), "{at}");
+        for (seq, m) in &model.messages {
+            let entry = main.get(seq).expect(&at);
+            assert_eq!(entry.delivery_count, m.delivery_count, "{at}: {seq:?}");
+            assert_eq!(entry.lock().map(|l| l.token), m.lock, "{at}: {seq:?}");
+            assert_eq!(entry.session().map(|s| &**s), Some(SESSIONS[m.session]), "{at}");
+        }
+        let sessions = h.state.index.sessions.as_deref().expect("a session index");
+        assert_eq!(
+            sessions.next_ready().map(|s| s.to_string()),
+            model.next_ready().map(|s| SESSIONS[s].to_string()),
+            "{at}: next ready"
+        );
+    }
+    assert!(
+        deliveries > 0 && expirations > 0,
+        "seed {seed}: {deliveries} deliveries, {expirations} expirations"
+    );
+}
+
+#[test]
+fn session_state_follows_the_session_model() {
+    let steps = std::env::var("IRONBUS_MODEL_STEPS")
+        .ok()
+        .map_or(STEPS, |s| s.parse().expect("IRONBUS_MODEL_STEPS is a number"));
+    let seeds = seeds_from_env().unwrap_or_else(|| FIXED_SEEDS.to_vec());
+    for seed in seeds {
+        run_sessions(seed, steps);
     }
 }

@@ -1,0 +1,302 @@
+//! [`SessionIndex`]: the sessions of one partition (or subscription lane) of a session-enabled
+//! entity — their messages, locks and state — kept beside the [`Index`](super::index::Index).
+//!
+//! A session exists while it has a message in the main queue, a state, or a lock holder (a
+//! receiver that accepted it, even with no messages). Sessions that have an available message
+//! and no holder are kept in `ready`, ordered by their first available sequence number, so
+//! accepting the next session takes the oldest without looking at the others.
+//!
+//! **Architecture Invariant:** an entity without sessions has no `SessionIndex` (the index's
+//! `sessions` is `None`): sessions cost a plain entity nothing. A session message's lock in
+//! the lock table never expires by itself; the session lock is its expiry, and the session
+//! lock's expiry releases (and counts a delivery for) every message it had locked.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::types::{SequenceNumber, Timestamp};
+
+/// A session's id as the partition keeps it (shared by its messages' index entries).
+pub(crate) type SessionId = Arc<str>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SessionLock {
+    /// The receiver holding the session.
+    pub(crate) holder: u64,
+    pub(crate) until: Timestamp,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Session {
+    /// Every message of the session in the main queue, whatever its state.
+    messages: BTreeSet<SequenceNumber>,
+    /// Its active, unlocked messages: what its holder is delivered next, in order.
+    available: BTreeSet<SequenceNumber>,
+    /// Its messages locked by the holder.
+    locked: BTreeSet<SequenceNumber>,
+    lock: Option<SessionLock>,
+    state: Option<(Timestamp, Bytes)>,
+}
+
+impl Session {
+    fn ready_key(&self) -> Option<SequenceNumber> {
+        if self.lock.is_some() {
+            None
+        } else {
+            self.available.first().copied()
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.messages.is_empty() && self.lock.is_none() && self.state.is_none()
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct SessionIndex {
+    sessions: BTreeMap<SessionId, Session>,
+    /// Unlocked sessions with an available message, by their first available message.
+    ready: BTreeSet<(SequenceNumber, SessionId)>,
+    /// Session locks by expiry.
+    expiring: BTreeSet<(Timestamp, SessionId)>,
+    /// The session each holder (receiver id) has locked.
+    holders: HashMap<u64, SessionId>,
+}
+
+impl SessionIndex {
+    /// Changes one session (created if missing), keeping `ready` in step and dropping the
+    /// session once nothing keeps it.
+    fn update<R>(&mut self, id: &SessionId, f: impl FnOnce(&mut Session) -> R) -> R {
+        let session = self.sessions.entry(id.clone()).or_default();
+        let before = session.ready_key();
+        let result = f(session);
+        let after = session.ready_key();
+        let empty = session.is_empty();
+        if before != after {
+            if let Some(seq) = before {
+                self.ready.remove(&(seq, id.clone()));
+            }
+            if let Some(seq) = after {
+                self.ready.insert((seq, id.clone()));
+            }
+        }
+        if empty {
+            self.sessions.remove(id);
+        }
+        result
+    }
+
+    pub(crate) fn add_message(&mut self, id: &SessionId, seq: SequenceNumber, available: bool) {
+        self.update(id, |s| {
+            s.messages.insert(seq);
+            if available {
+                s.available.insert(seq);
+            }
+        });
+    }
+
+    pub(crate) fn remove_message(&mut self, id: &SessionId, seq: SequenceNumber) {
+        if !self.sessions.contains_key(id) {
+            return;
+        }
+        self.update(id, |s| {
+            s.messages.remove(&seq);
+            s.available.remove(&seq);
+            s.locked.remove(&seq);
+        });
+    }
+
+    pub(crate) fn set_available(&mut self, id: &SessionId, seq: SequenceNumber, available: bool) {
+        if !self.sessions.contains_key(id) {
+            return;
+        }
+        self.update(id, |s| {
+            if available {
+                s.available.insert(seq);
+            } else {
+                s.available.remove(&seq);
+            }
+        });
+    }
+
+    pub(crate) fn set_locked(&mut self, id: &SessionId, seq: SequenceNumber, locked: bool) {
+        if let Some(s) = self.sessions.get_mut(id) {
+            if locked {
+                s.locked.insert(seq);
+            } else {
+                s.locked.remove(&seq);
+            }
+        }
+    }
+
+    /// The oldest unlocked session with an available message.
+    pub(crate) fn next_ready(&self) -> Option<SessionId> {
+        self.ready.first().map(|(_, id)| id.clone())
+    }
+
+    /// How many sessions accept-next could lock now.
+    pub(crate) fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// The session's lock, if it is held.
+    pub(crate) fn lock_of(&self, id: &str) -> Option<SessionLock> {
+        self.sessions.get(id).and_then(|s| s.lock)
+    }
+
+    /// The session `holder` holds.
+    pub(crate) fn held_by(&self, holder: u64) -> Option<&SessionId> {
+        self.holders.get(&holder)
+    }
+
+    /// Locks a session (created if it has nothing yet) for `holder` until `until`. The caller
+    /// checked that it is not locked.
+    pub(crate) fn lock(&mut self, id: &SessionId, holder: u64, until: Timestamp) {
+        self.update(id, |s| s.lock = Some(SessionLock { holder, until }));
+        self.expiring.insert((until, id.clone()));
+        self.holders.insert(holder, id.clone());
+    }
+
+    /// Moves the lock `holder` has on `id` to `until`; false if it does not hold it.
+    pub(crate) fn renew(&mut self, id: &str, holder: u64, until: Timestamp) -> bool {
+        let Some((key, session)) = self.sessions.get_key_value(id) else { return false };
+        let key = key.clone();
+        let Some(lock) = session.lock.filter(|l| l.holder == holder) else { return false };
+        self.expiring.remove(&(lock.until, key.clone()));
+        self.expiring.insert((until, key.clone()));
+        if let Some(s) = self.sessions.get_mut(id) {
+            s.lock = Some(SessionLock { holder, until });
+        }
+        true
+    }
+
+    /// Takes away the lock `holder` holds: the session and the messages it had locked (which
+    /// the caller unlocks).
+    pub(crate) fn unlock_holder(
+        &mut self,
+        holder: u64,
+    ) -> Option<(SessionId, Vec<SequenceNumber>)> {
+        let id = self.holders.remove(&holder)?;
+        let lock = self.sessions.get(&id).and_then(|s| s.lock)?;
+        self.expiring.remove(&(lock.until, id.clone()));
+        let locked = self.update(&id, |s| {
+            s.lock = None;
+            std::mem::take(&mut s.locked).into_iter().collect()
+        });
+        Some((id, locked))
+    }
+
+    /// Takes out the next session lock that has expired at `now` and names its holder (the
+    /// caller releases it with [`SessionIndex::unlock_holder`]): `Some(None)` for a stale
+    /// entry; `None` when no lock is due.
+    pub(crate) fn pop_expired(&mut self, now: Timestamp) -> Option<Option<u64>> {
+        let (until, id) = self.expiring.first()?.clone();
+        if until > now {
+            return None;
+        }
+        self.expiring.pop_first();
+        match self.sessions.get(&id).and_then(|s| s.lock) {
+            Some(lock) if lock.until == until => Some(Some(lock.holder)),
+            _ => Some(None),
+        }
+    }
+
+    pub(crate) fn next_expiry(&self) -> Option<Timestamp> {
+        self.expiring.first().map(|(t, _)| *t)
+    }
+
+    /// The session's first available message.
+    pub(crate) fn first_available(&self, id: &str) -> Option<SequenceNumber> {
+        self.sessions.get(id).and_then(|s| s.available.first().copied())
+    }
+
+    /// The session's messages in the main queue from `from` on, in order.
+    pub(crate) fn messages_from(
+        &self,
+        id: &str,
+        from: SequenceNumber,
+    ) -> impl Iterator<Item = SequenceNumber> + '_ {
+        self.sessions.get(id).into_iter().flat_map(move |s| s.messages.range(from..).copied())
+    }
+
+    /// Whether `seq` is a message of the session.
+    pub(crate) fn contains(&self, id: &str, seq: SequenceNumber) -> bool {
+        self.sessions.get(id).is_some_and(|s| s.messages.contains(&seq))
+    }
+
+    pub(crate) fn state(&self, id: &str) -> Option<Bytes> {
+        self.sessions.get(id).and_then(|s| s.state.as_ref()).map(|(_, b)| b.clone())
+    }
+
+    /// Sets (or clears) a session's state; returns the size of the state it replaced.
+    pub(crate) fn set_state(&mut self, id: &SessionId, state: Option<(Timestamp, Bytes)>) -> u64 {
+        if state.is_none() && !self.sessions.contains_key(id) {
+            return 0;
+        }
+        self.update(id, |s| {
+            let old = std::mem::replace(&mut s.state, state);
+            old.map_or(0, |(_, b)| b.len() as u64)
+        })
+    }
+
+    /// Up to `max` session ids after `after`, in id order: those with a message or a state
+    /// (`updated_after` None), or those whose state was set after `updated_after`.
+    pub(crate) fn list(
+        &self,
+        updated_after: Option<Timestamp>,
+        after: Option<&str>,
+        max: usize,
+    ) -> Vec<String> {
+        use std::ops::Bound;
+        let start = match after {
+            Some(a) => Bound::Excluded(a),
+            None => Bound::Unbounded,
+        };
+        self.sessions
+            .range::<str, _>((start, Bound::Unbounded))
+            .filter(|(_, s)| match updated_after {
+                None => !s.messages.is_empty() || s.state.is_some(),
+                Some(t) => s.state.as_ref().is_some_and(|(at, _)| *at > t),
+            })
+            .take(max)
+            .map(|(id, _)| id.to_string())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> SessionId {
+        Arc::from(s)
+    }
+
+    #[test]
+    fn next_ready_is_the_unlocked_session_with_the_oldest_available_message() {
+        let mut x = SessionIndex::default();
+        x.add_message(&id("b"), SequenceNumber(1), true);
+        x.add_message(&id("a"), SequenceNumber(2), true);
+        assert_eq!(x.next_ready().as_deref(), Some("b"));
+        x.lock(&id("b"), 7, Timestamp::from_millis(10));
+        assert_eq!(x.next_ready().as_deref(), Some("a"));
+        assert_eq!(x.ready_len(), 1);
+        assert_eq!(x.unlock_holder(7).map(|(s, _)| s.to_string()), Some("b".into()));
+        assert_eq!(x.next_ready().as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn a_session_is_gone_when_nothing_keeps_it() {
+        let mut x = SessionIndex::default();
+        x.lock(&id("s"), 1, Timestamp::from_millis(10));
+        assert!(x.lock_of("s").is_some());
+        x.unlock_holder(1);
+        assert!(x.sessions.is_empty());
+        x.set_state(&id("s"), Some((Timestamp::from_millis(1), Bytes::from_static(b"x"))));
+        assert_eq!(x.list(None, None, 10), vec!["s".to_string()]);
+        x.set_state(&id("s"), None);
+        assert!(x.sessions.is_empty());
+    }
+}
