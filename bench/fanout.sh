@@ -17,8 +17,7 @@
 # messages, at least MIN_MESSAGES = 2000), FANOUTS ("1 4 16"), BROKERS ("rabbitmq rocksdb"),
 # PRODUCERS (2), CONSUMERS_PER_SUB (1), MODE (peek-lock), ACCEPT_BATCH (1), CREDIT (100),
 # WINDOW (100), SIZE (1024), PARTITIONS (ironbus topics' PartitionCount; 0, the default: not
-# partitioned — on 2026-12-02 a receiver on a partitioned topic's subscription stalled after a
-# few hundred messages until another link attached), BYTES_FANOUTS ("1 16"; empty skips the bytes
+# partitioned), BYTES_FANOUTS ("1 16"; empty skips the bytes
 # runs), BYTES_MESSAGES (5000), OUT (fanout.jsonl), TIMEOUT per run (120), PAUSE (2),
 # PEERS (../shared/peers), CLIENT (wire), SERVER and BENCH (binaries to use instead of building
 # release ones).
