@@ -209,11 +209,7 @@ fn subscription_description(props: Option<&Map<String, Value>>) -> Result<Subscr
             "MaxDeliveryCount" => d.max_delivery_count = p.number()?.try_into()?,
             "ForwardDeadLetteredMessagesTo" => d.forward_dead_lettered_messages_to = p.target()?,
             "ForwardTo" => d.forward_to = p.target()?,
-            "RequiresSession" => {
-                if p.flag()? {
-                    bail!("RequiresSession: sessions are not supported by ironbus yet");
-                }
-            }
+            "RequiresSession" => d.requires_session = p.flag()?,
             "EnableBatchedOperations" => d.enable_batched_operations = p.flag()?,
             "AutoDeleteOnIdle" => d.auto_delete_on_idle = p.duration()?,
             "Status" => d.status = p.status()?,
@@ -345,11 +341,7 @@ fn queue_description(properties: Option<&Value>) -> Result<QueueDescription> {
             "LockDuration" => d.lock_duration = iso_duration(text()?)?,
             "MaxDeliveryCount" => d.max_delivery_count = number()?.try_into()?,
             "RequiresDuplicateDetection" => d.requires_duplicate_detection = flag()?,
-            "RequiresSession" => {
-                if flag()? {
-                    bail!("RequiresSession: sessions are not supported by ironbus yet");
-                }
-            }
+            "RequiresSession" => d.requires_session = flag()?,
             "EnablePartitioning" => d.enable_partitioning = flag()?,
             "PartitionCount" => d.partition_count = number()?.try_into()?,
             "MaxSizeInMegabytes" => d.max_size_in_megabytes = number()?,
@@ -607,8 +599,6 @@ mod tests {
 
     #[test]
     fn unsupported_parts_are_refused_clearly() {
-        let sessions = r#"{"UserConfig": {"Namespaces": [{"Name": "n", "Queues": [{"Name": "q", "Properties": {"RequiresSession": true}}]}]}}"#;
-        assert!(format!("{:#}", parse(sessions).unwrap_err()).contains("sessions"));
         let unknown = r#"{"UserConfig": {"Namespaces": [{"Name": "n", "Queues": [{"Name": "q", "Properties": {"Bogus": 1}}]}]}}"#;
         assert!(format!("{:#}", parse(unknown).unwrap_err()).contains("Bogus"));
         assert!(parse("{}").is_err());

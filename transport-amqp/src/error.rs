@@ -3,7 +3,7 @@
 
 use fe2o3_amqp_types::definitions::{AmqpError, Error, ErrorCondition, LinkError};
 use fe2o3_amqp_types::primitives::Symbol;
-use ironbus_core::BrokerError;
+use ironbus_core::{BrokerError, SessionError};
 
 pub const LOCK_LOST: &str = "com.microsoft:message-lock-lost";
 pub const MESSAGE_NOT_FOUND: &str = "com.microsoft:message-not-found";
@@ -12,6 +12,9 @@ pub const ENTITY_ALREADY_EXISTS: &str = "com.microsoft:entity-already-exists";
 pub const SERVER_BUSY: &str = "com.microsoft:server-busy";
 pub const ARGUMENT_ERROR: &str = "com.microsoft:argument-error";
 pub const DEAD_LETTER: &str = "com.microsoft:dead-letter";
+pub const SESSION_LOCK_LOST: &str = "com.microsoft:session-lock-lost";
+pub const SESSION_CANNOT_BE_LOCKED: &str = "com.microsoft:session-cannot-be-locked";
+pub const TIMEOUT: &str = "com.microsoft:timeout";
 
 /// An error in Service Bus's AMQP terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +115,26 @@ impl From<&BrokerError> for WireError {
     }
 }
 
+impl From<&SessionError> for WireError {
+    fn from(error: &SessionError) -> Self {
+        let text = error.to_string();
+        match error {
+            SessionError::Timeout(_) => WireError::new(TIMEOUT, 408, text),
+            SessionError::CannotBeLocked { .. } => {
+                WireError::new(SESSION_CANNOT_BE_LOCKED, 410, text)
+            }
+            SessionError::LockLost => WireError::new(SESSION_LOCK_LOST, 410, text),
+            SessionError::Broker(e) => WireError::from(e),
+        }
+    }
+}
+
+impl From<SessionError> for WireError {
+    fn from(error: SessionError) -> Self {
+        WireError::from(&error)
+    }
+}
+
 impl From<BrokerError> for WireError {
     fn from(error: BrokerError) -> Self {
         WireError::from(&error)
@@ -144,6 +167,16 @@ mod tests {
             (BrokerError::Unimplemented("sessions"), "amqp:not-implemented", 501),
         ];
         for (error, condition, status) in cases {
+            let wire = WireError::from(&error);
+            assert_eq!((wire.condition, wire.status), (condition, status), "{error:?}");
+        }
+        let sessions: Vec<(SessionError, &str, i32)> = vec![
+            (SessionError::Timeout(std::time::Duration::from_secs(1)), TIMEOUT, 408),
+            (SessionError::CannotBeLocked { session: "s".into() }, SESSION_CANNOT_BE_LOCKED, 410),
+            (SessionError::LockLost, SESSION_LOCK_LOST, 410),
+            (SessionError::Broker(BrokerError::MessageLockLost), LOCK_LOST, 410),
+        ];
+        for (error, condition, status) in sessions {
             let wire = WireError::from(&error);
             assert_eq!((wire.condition, wire.status), (condition, status), "{error:?}");
         }

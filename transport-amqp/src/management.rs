@@ -17,7 +17,9 @@ mod update_disposition;
 
 use fe2o3_amqp_types::primitives::Value;
 use ironbus_core::auth::Right;
-use ironbus_core::{Broker, EntityAddress};
+use std::sync::Arc;
+
+use ironbus_core::{Broker, EntityAddress, SessionReceiver};
 
 use crate::error::WireError;
 use crate::request::Request;
@@ -121,11 +123,13 @@ impl Operation {
     }
 
     /// Carries out the operation on `address`.
+    /// `held`: the session receiver the caller holds for the request's `session-id`, if any.
     pub async fn execute(
         self,
         broker: Broker,
         address: EntityAddress,
         request: &Request,
+        held: Option<Arc<SessionReceiver>>,
     ) -> Result<Outcome, WireError> {
         match self {
             Operation::RenewLock => renew_lock::execute(broker, address, request).await,
@@ -135,7 +139,7 @@ impl Operation {
                 cancel_scheduled::execute(broker, address, request).await
             }
             Operation::ReceiveBySequenceNumber => {
-                receive_deferred::execute(broker, address, request).await
+                receive_deferred::execute(broker, address, request, held).await
             }
             Operation::UpdateDisposition => {
                 update_disposition::execute(broker, address, request).await
@@ -143,7 +147,9 @@ impl Operation {
             Operation::RenewSessionLock
             | Operation::GetSessionState
             | Operation::SetSessionState
-            | Operation::GetMessageSessions => sessions::execute(),
+            | Operation::GetMessageSessions => {
+                sessions::execute(self, broker, address, request, held).await
+            }
             Operation::AddRule | Operation::RemoveRule | Operation::EnumerateRules => {
                 rules::execute(self, broker, address, request).await
             }
@@ -157,10 +163,11 @@ pub async fn execute(
     broker: Broker,
     address: EntityAddress,
     request: Request,
+    held: Option<Arc<SessionReceiver>>,
 ) -> Result<Outcome, WireError> {
     let name = request.property("operation").unwrap_or_default();
     match Operation::parse(&name) {
-        Some(operation) => operation.execute(broker, address, &request).await,
+        Some(operation) => operation.execute(broker, address, &request, held).await,
         None => Err(WireError::not_implemented(format!("unknown management operation {name:?}"))),
     }
 }

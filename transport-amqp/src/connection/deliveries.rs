@@ -42,6 +42,7 @@ pub(super) struct Unsettled {
 impl Connection {
     /// Sends what links may send now.
     pub(super) fn pump(&mut self) {
+        self.detach_lost_sessions();
         if self.writes_paused() {
             return;
         }

@@ -2,16 +2,22 @@
 //! the client's flow for our sender links, our top-ups for the client's sender links.
 
 use std::collections::VecDeque;
+use std::ops::Deref;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use fe2o3_amqp_types::definitions::{Role, SenderSettleMode};
 use fe2o3_amqp_types::messaging::TargetArchetype;
+use fe2o3_amqp_types::definitions::Fields;
 use fe2o3_amqp_types::performatives::{Attach, Detach, Flow, Performative};
+use fe2o3_amqp_types::primitives::{Symbol, Value};
 use ironbus_core::auth::Right;
-use ironbus_core::{EntityAddress, EntityDescription, PathShape, ReceiveMode, Receiver};
+use ironbus_core::{
+    EntityAddress, EntityDescription, PathShape, ReceiveMode, Receiver, SessionReceiver,
+};
 
-use crate::error::WireError;
+use crate::error::{WireError, SESSION_LOCK_LOST};
 use crate::frame::{self};
 
 use super::*;
@@ -30,10 +36,71 @@ pub(super) struct InboundLink {
     pub(super) partial: Option<Partial>,
 }
 
+/// The source filter that asks for a session (amqp.md §7).
+const SESSION_FILTER: &str = "com.microsoft:session-filter";
+/// How long an accept-next waits when the client names no `com.microsoft:timeout`.
+const DEFAULT_ACCEPT_WAIT: Duration = Duration::from_secs(60);
+/// .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
+const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
+
+/// What an entity link delivers from: a plain receiver, or one holding a session.
+#[derive(Debug)]
+pub(crate) enum LinkReceiver {
+    Plain(Receiver),
+    Session(Arc<SessionReceiver>),
+}
+
+impl LinkReceiver {
+    pub(crate) fn session(&self) -> Option<&Arc<SessionReceiver>> {
+        match self {
+            LinkReceiver::Plain(_) => None,
+            LinkReceiver::Session(s) => Some(s),
+        }
+    }
+}
+
+impl Deref for LinkReceiver {
+    type Target = Receiver;
+
+    fn deref(&self) -> &Receiver {
+        match self {
+            LinkReceiver::Plain(r) => r,
+            LinkReceiver::Session(s) => s,
+        }
+    }
+}
+
+/// What a receiver attach's source filter asks of sessions: nothing (a plain receiver), a
+/// named session, or (null) the next available one. The id may come as a string or a
+/// described string (rs).
+fn session_filter(attach: &Attach) -> Option<Option<String>> {
+    let filter = attach.source.as_ref()?.filter.as_ref()?;
+    let (_, value) = filter.iter().find(|(k, _)| k.0 == SESSION_FILTER)?;
+    Some(match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Described(d) => match &d.value {
+            Value::String(s) => Some(s.clone()),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+/// The accept-next wait the client asks for (`com.microsoft:timeout`, milliseconds).
+fn accept_wait(attach: &Attach) -> Duration {
+    let value = attach.properties.as_ref().and_then(|p| {
+        p.iter().find(|(k, _)| k.0 == "com.microsoft:timeout").map(|(_, v)| v.clone())
+    });
+    match value.as_ref().and_then(crate::management::as_i64) {
+        Some(ms) if ms >= 0 => Duration::from_millis(ms as u64),
+        _ => DEFAULT_ACCEPT_WAIT,
+    }
+}
+
 #[derive(Debug)]
 pub(super) enum Outbound {
     /// Deliveries from an entity.
-    Entity { receiver: Arc<Receiver>, address: EntityAddress },
+    Entity { receiver: Arc<LinkReceiver>, address: EntityAddress },
     /// Responses of a `$cbs` / `$management` node.
     Responses { pending: VecDeque<Bytes> },
 }
@@ -129,17 +196,7 @@ impl Connection {
                 }
             }
         }
-        if !client_sends {
-            if let Some(filter) = attach.source.as_ref().and_then(|s| s.filter.as_ref()) {
-                if filter.keys().any(|k| k.0 == "com.microsoft:session-filter") {
-                    return self.refuse(
-                        channel,
-                        attach,
-                        WireError::not_implemented("sessions are not implemented by ironbus yet"),
-                    );
-                }
-            }
-        }
+        let session = if client_sends { None } else { session_filter(&attach) };
 
         let mut reply = attach.clone();
         reply.role = if client_sends { Role::Receiver } else { Role::Sender };
@@ -187,9 +244,27 @@ impl Connection {
                     } else {
                         ReceiveMode::PeekLock
                     };
-                    let receiver = match self.cx.broker.open_receiver(entity.clone(), mode).await {
-                        Ok(r) => r,
-                        Err(e) => return self.refuse(channel, attach, WireError::from(e)),
+                    let receiver = match session {
+                        None => match self.cx.broker.open_receiver(entity.clone(), mode).await {
+                            Ok(r) => LinkReceiver::Plain(r),
+                            Err(e) => return self.refuse(channel, attach, WireError::from(e)),
+                        },
+                        Some(id) => {
+                            let broker = &self.cx.broker;
+                            let accepted = match id {
+                                Some(id) => broker.accept_session(entity.clone(), &id, mode).await,
+                                None => {
+                                    let wait = accept_wait(&attach);
+                                    broker.accept_next_session(entity.clone(), mode, wait).await
+                                }
+                            };
+                            let session = match accepted {
+                                Ok(s) => s,
+                                Err(e) => return self.refuse(channel, attach, WireError::from(e)),
+                            };
+                            session_reply(&mut reply, &session);
+                            LinkReceiver::Session(Arc::new(session))
+                        }
                     };
                     receiver.watch_with(self.watcher.clone());
                     receiver.set_outstanding(0);
@@ -244,6 +319,57 @@ impl Connection {
         let detach = Detach { handle, closed: true, error: Some(error.to_amqp()) };
         frame::write_performative(&mut self.out, channel, &Performative::Detach(detach));
         Ok(())
+    }
+
+    /// Detaches every session link whose session lock was lost (expired), with
+    /// `com.microsoft:session-lock-lost`; its unsettled deliveries are forgotten.
+    pub(super) fn detach_lost_sessions(&mut self) {
+        let mut lost = Vec::new();
+        for (channel, session) in &self.sessions {
+            for (handle, link) in &session.links {
+                if let LinkState::Outbound(OutboundLink {
+                    kind: Outbound::Entity { receiver, .. }, ..
+                }) = link
+                {
+                    if receiver.session().is_some_and(|s| s.is_lock_lost()) {
+                        lost.push((*channel, *handle));
+                    }
+                }
+            }
+        }
+        for (channel, handle) in lost {
+            let Some(session) = self.sessions.get_mut(&channel) else { continue };
+            session.links.remove(&handle);
+            session.unsettled.retain(|_, u| u.handle != handle);
+            let error = WireError::new(
+                SESSION_LOCK_LOST,
+                410,
+                "the session lock was lost: it expired; accept the session again",
+            );
+            let detach = Detach {
+                handle: handle.into(),
+                closed: true,
+                error: Some(error.to_amqp()),
+            };
+            frame::write_performative(&mut self.out, channel, &Performative::Detach(detach));
+        }
+    }
+
+    /// The session receiver this connection holds for `session` of `address`, if any.
+    pub(super) fn held_session(
+        &self,
+        address: &EntityAddress,
+        session: &str,
+    ) -> Option<Arc<SessionReceiver>> {
+        self.sessions.values().flat_map(|s| s.links.values()).find_map(|link| match link {
+            LinkState::Outbound(OutboundLink {
+                kind: Outbound::Entity { receiver, address: a },
+                ..
+            }) if a == address => {
+                receiver.session().filter(|s| s.session_id() == session).cloned()
+            }
+            _ => None,
+        })
     }
 
     pub(super) fn on_detach(&mut self, channel: u16, detach: Detach) -> Result<(), WireError> {
@@ -330,4 +456,17 @@ impl Connection {
             self.write_link_flow(channel, handle, count, credit, false);
         }
     }
+}
+
+/// A session link's attach reply: the session id in the source filter (as a plain string) and
+/// the session lock's expiry in .NET ticks in the properties (amqp.md §7).
+fn session_reply(reply: &mut Attach, session: &SessionReceiver) {
+    if let Some(source) = reply.source.as_mut() {
+        let filter = source.filter.get_or_insert_with(Default::default);
+        filter.insert(Symbol::from(SESSION_FILTER), Value::String(session.session_id().to_owned()));
+    }
+    let ticks = session.locked_until().as_millis().saturating_mul(10_000) + TICKS_AT_UNIX_EPOCH;
+    let mut properties = Fields::new();
+    properties.insert(Symbol::from("com.microsoft:locked-until-utc"), Value::Long(ticks));
+    reply.properties = Some(properties);
 }

@@ -62,9 +62,16 @@ impl Connection {
                 return self.respond(channel, path, reply_to, payload);
             }
         }
+        // A session operation acts through the session receiver this connection holds.
+        let held = match request.field("session-id") {
+            Some(fe2o3_amqp_types::primitives::Value::String(id)) => {
+                self.held_session(&address, id)
+            }
+            _ => None,
+        };
         let broker = self.cx.broker.clone();
         self.pending.push(Box::pin(async move {
-            let payload = match management::execute(broker, address, request).await {
+            let payload = match management::execute(broker, address, request, held).await {
                 Ok(o) => encode_response(
                     message_id,
                     Dialect::Management,

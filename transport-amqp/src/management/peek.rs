@@ -18,7 +18,12 @@ pub(super) async fn execute(
 ) -> Result<Outcome, WireError> {
     let from = int(request, "from-sequence-number")?;
     let count = int(request, "message-count")?.clamp(0, 1000) as usize;
-    let peeked = broker.peek(address, SequenceNumber(from), count.max(1)).await?;
+    let peeked = match request.field("session-id") {
+        Some(Value::String(id)) if !id.is_empty() => {
+            broker.peek_session(address, id, SequenceNumber(from), count.max(1)).await?
+        }
+        _ => broker.peek(address, SequenceNumber(from), count.max(1)).await?,
+    };
     if peeked.is_empty() {
         return Ok(Outcome::no_content());
     }

@@ -1,7 +1,10 @@
 //! `com.microsoft:receive-by-sequence-number`: receives deferred messages by sequence number.
 
 use fe2o3_amqp_types::primitives::{Binary, Value};
-use ironbus_core::{Broker, EntityAddress, ReceiveMode, SequenceNumber};
+use std::sync::Arc;
+
+use ironbus_core::{Broker, EntityAddress, ReceiveMode, SequenceNumber, SessionError};
+use ironbus_core::SessionReceiver;
 
 use crate::codec;
 use crate::error::WireError;
@@ -14,6 +17,7 @@ pub(super) async fn execute(
     broker: Broker,
     address: EntityAddress,
     request: &Request,
+    held: Option<Arc<SessionReceiver>>,
 ) -> Result<Outcome, WireError> {
     let seqs: Vec<SequenceNumber> =
         long_list(request, "sequence-numbers")?.into_iter().map(SequenceNumber).collect();
@@ -21,7 +25,14 @@ pub(super) async fn execute(
         Some(0) => ReceiveMode::ReceiveAndDelete,
         _ => ReceiveMode::PeekLock,
     };
-    let received = broker.receive_deferred(address, &seqs, mode).await?;
+    // A session's deferred messages are received under the session lock the caller holds.
+    let received = match request.field("session-id") {
+        Some(Value::String(id)) if !id.is_empty() => {
+            let held = held.ok_or(SessionError::LockLost)?;
+            held.receive_deferred(&seqs, mode).await?
+        }
+        _ => broker.receive_deferred(address, &seqs, mode).await?,
+    };
     let messages = received
         .iter()
         .map(|m| {
