@@ -108,6 +108,8 @@ pub(crate) struct EntityHandle {
     description: RwLock<Arc<QueueDescription>>,
     pub(crate) partitions: Vec<PartitionHandle>,
     round_robin: RoundRobin,
+    /// Bytes of sends started and not yet answered (see [`Broker::start_send`]).
+    pending_bytes: AtomicU64,
 }
 
 impl fmt::Debug for EntityHandle {
@@ -397,6 +399,7 @@ impl Broker {
             description: RwLock::new(description),
             partitions,
             round_robin: RoundRobin::default(),
+            pending_bytes: AtomicU64::new(0),
         }))
     }
 
@@ -803,9 +806,14 @@ impl Broker {
             }
             incoming += size as u64;
         }
-        let used: u64 = entity.partitions.iter().map(|p| p.shared.size_bytes()).sum();
+        // What is stored, plus what earlier sends have queued and not yet stored (a transport
+        // pipelines a link's sends): each send reserves its bytes until it is answered.
+        let stored: u64 = entity.partitions.iter().map(|p| p.shared.size_bytes()).sum();
         let limit = description.max_size_in_megabytes.saturating_mul(1024 * 1024);
-        if used + incoming > limit {
+        let pending = entity.pending_bytes.fetch_add(incoming, Ordering::AcqRel);
+        let reservation = Reservation { entity: entity.clone(), bytes: incoming };
+        if stored + pending + incoming > limit {
+            let used = stored + pending;
             return Err(BrokerError::QuotaExceeded(format!(
                 "{} is full: {used} of {limit} bytes used",
                 entity.path
@@ -847,13 +855,18 @@ impl Broker {
             Some(PartitionId(0))
         };
         let messages: Vec<Arc<Message>> = messages.into_iter().map(Arc::new).collect();
-        match partition {
+        let sent = match partition {
             Some(partition) => {
                 let handle = entity.partition(partition).expect("router stays within the entity");
-                Ok(Box::pin(handle.ask(|reply| Command::Send { messages, reply })))
+                Box::pin(handle.ask(|reply| Command::Send { messages, reply })) as SendFuture
             }
-            None => Ok(send_round_robin(entity, messages)),
-        }
+            None => send_round_robin(entity, messages),
+        };
+        Ok(Box::pin(async move {
+            let outcome = sent.await;
+            drop(reservation);
+            outcome
+        }))
     }
 
     /// Schedules messages for later: each must carry a scheduled enqueue time. Returns their
@@ -1083,6 +1096,18 @@ impl Broker {
             start = SequenceNumber::new(true, partition, 0);
         }
         Ok(Vec::new())
+    }
+}
+
+/// Bytes a started send counts against its entity's size until it is answered (or dropped).
+struct Reservation {
+    entity: Arc<EntityHandle>,
+    bytes: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.entity.pending_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
     }
 }
 

@@ -126,6 +126,7 @@ impl Broker {
             description: std::sync::RwLock::new(config.description.clone()),
             partitions,
             round_robin: crate::router::RoundRobin::default(),
+            pending_bytes: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
