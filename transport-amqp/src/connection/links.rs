@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use fe2o3_amqp_types::definitions::Fields;
 use fe2o3_amqp_types::definitions::{Role, SenderSettleMode};
 use fe2o3_amqp_types::messaging::TargetArchetype;
-use fe2o3_amqp_types::definitions::Fields;
 use fe2o3_amqp_types::performatives::{Attach, Detach, Flow, Performative};
 use fe2o3_amqp_types::primitives::{Symbol, Value};
 use ironbus_core::auth::Right;
@@ -328,7 +328,8 @@ impl Connection {
         for (channel, session) in &self.sessions {
             for (handle, link) in &session.links {
                 if let LinkState::Outbound(OutboundLink {
-                    kind: Outbound::Entity { receiver, .. }, ..
+                    kind: Outbound::Entity { receiver, .. },
+                    ..
                 }) = link
                 {
                     if receiver.session().is_some_and(|s| s.is_lock_lost()) {
@@ -346,11 +347,8 @@ impl Connection {
                 410,
                 "the session lock was lost: it expired; accept the session again",
             );
-            let detach = Detach {
-                handle: handle.into(),
-                closed: true,
-                error: Some(error.to_amqp()),
-            };
+            let detach =
+                Detach { handle: handle.into(), closed: true, error: Some(error.to_amqp()) };
             frame::write_performative(&mut self.out, channel, &Performative::Detach(detach));
         }
     }
@@ -365,9 +363,7 @@ impl Connection {
             LinkState::Outbound(OutboundLink {
                 kind: Outbound::Entity { receiver, address: a },
                 ..
-            }) if a == address => {
-                receiver.session().filter(|s| s.session_id() == session).cloned()
-            }
+            }) if a == address => receiver.session().filter(|s| s.session_id() == session).cloned(),
             _ => None,
         })
     }

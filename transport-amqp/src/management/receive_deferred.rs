@@ -3,8 +3,8 @@
 use fe2o3_amqp_types::primitives::{Binary, Value};
 use std::sync::Arc;
 
-use ironbus_core::{Broker, EntityAddress, ReceiveMode, SequenceNumber, SessionError};
 use ironbus_core::SessionReceiver;
+use ironbus_core::{Broker, EntityAddress, ReceiveMode, SequenceNumber, SessionError};
 
 use crate::codec;
 use crate::error::WireError;

@@ -1,0 +1,350 @@
+//! Message sessions over AMQP, with fe2o3-amqp's client on a real socket (amqp.md §7, §6.3):
+//! session receivers attached with `com.microsoft:session-filter` (a named session, or null for
+//! the next available), deliveries of that session only and in order, the accept-next timeout,
+//! a session held elsewhere, lock loss, and the session operations of `$management`.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fe2o3_amqp::link::{LinkStateError, ReceiverAttachError, RecvError};
+use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition, Fields, SenderSettleMode};
+use fe2o3_amqp::types::messaging::{
+    AmqpValue, ApplicationProperties, Data, Message, MessageId, Properties, Source,
+};
+use fe2o3_amqp::types::primitives::{Binary, OrderedMap, SimpleValue, Symbol, Value};
+use fe2o3_amqp::{Connection, Receiver, Sender, Session};
+use ironbus_core::{
+    Broker, ManualClock, NamespaceLimits, QueueDescription, ShutdownTrigger, Timestamp,
+};
+use ironbus_store_memory::MemoryStore;
+
+type SessionHandle = fe2o3_amqp::session::SessionHandle<()>;
+
+/// A broker (manual clock) with session queue `sq` (two partitions) behind an AMQP listener.
+async fn start() -> (Broker, ManualClock, String, ShutdownTrigger) {
+    let clock = ManualClock::new(Timestamp::from_millis(1_700_000_000_000));
+    let broker = Broker::open(
+        Arc::new(MemoryStore::new()),
+        Arc::new(clock.clone()),
+        NamespaceLimits::default(),
+    )
+    .await
+    .unwrap();
+    let description = QueueDescription {
+        requires_session: true,
+        enable_partitioning: true,
+        partition_count: 2,
+        ..Default::default()
+    };
+    broker.create_queue("sq", description).await.unwrap();
+    let (addr, trigger) = common::serve(broker.clone()).await;
+    let url = format!("amqp://RootManageSharedAccessKey:SAS_KEY_VALUE@{addr}");
+    (broker, clock, url, trigger)
+}
+
+async fn guard<F: std::future::Future>(future: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(20), future).await.expect("hung")
+}
+
+fn map(entries: Vec<(&str, Value)>) -> Value {
+    let mut m = OrderedMap::new();
+    for (k, v) in entries {
+        m.insert(Value::String(k.to_owned()), v);
+    }
+    Value::Map(m)
+}
+
+fn field<'a>(body: &'a Value, name: &str) -> Option<&'a Value> {
+    match body {
+        Value::Map(m) => m.get(&Value::String(name.to_owned())),
+        _ => None,
+    }
+}
+
+/// Sends `body` in session `session` to `sq`.
+async fn send(sender: &mut Sender, session: &str, body: &str) {
+    let message = Message::builder()
+        .properties(Properties::builder().group_id(session.to_owned()).build())
+        .data(Data(body.as_bytes().to_vec().into()))
+        .build();
+    guard(sender.send(message)).await.unwrap().accepted_or_else(|o| o).unwrap();
+}
+
+/// Attaches a session receiver on `sq`: `session` names one, `None` asks for the next
+/// available (waiting at most `timeout_ms`).
+async fn attach(
+    session: &mut SessionHandle,
+    name: &str,
+    id: Option<&str>,
+    timeout_ms: Option<u32>,
+) -> Result<Receiver, ReceiverAttachError> {
+    let filter = id.map_or(Value::Null, |s| Value::String(s.to_owned()));
+    let source = Source::builder()
+        .address("sq")
+        .add_to_filter_using_legacy_format(Symbol::from("com.microsoft:session-filter"), filter)
+        .build();
+    let mut builder = Receiver::builder().name(name).source(source);
+    if let Some(ms) = timeout_ms {
+        let mut properties = Fields::new();
+        properties.insert(Symbol::from("com.microsoft:timeout"), Value::Uint(ms));
+        builder = builder.properties(properties);
+    }
+    guard(builder.attach(session)).await
+}
+
+fn refused_with(result: Result<Receiver, ReceiverAttachError>, condition: &str) {
+    match result {
+        Err(ReceiverAttachError::RemoteClosedWithError(error)) => {
+            let expected = match condition {
+                "amqp:not-allowed" => ErrorCondition::AmqpError(AmqpError::NotAllowed),
+                custom => ErrorCondition::Custom(Symbol::from(custom)),
+            };
+            assert_eq!(error.condition, expected);
+        }
+        other => panic!("expected a refusal with {condition}: {other:?}"),
+    }
+}
+
+async fn bodies(receiver: &mut Receiver, n: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let delivery = guard(receiver.recv::<Data>()).await.unwrap();
+        out.push(String::from_utf8(delivery.body().0.to_vec()).unwrap());
+        receiver.accept(&delivery).await.unwrap();
+    }
+    out
+}
+
+/// A management client on `sq/$management`.
+struct Management {
+    requests: Sender,
+    responses: Receiver,
+    next_id: u64,
+}
+
+impl Management {
+    async fn attach(session: &mut SessionHandle, tag: &str) -> Self {
+        let node = "sq/$management";
+        let requests = guard(
+            Sender::builder()
+                .name(format!("requests-{tag}"))
+                .target(node)
+                .sender_settle_mode(SenderSettleMode::Unsettled)
+                .attach(session),
+        )
+        .await
+        .unwrap();
+        let responses = guard(
+            Receiver::builder()
+                .name(format!("responses-{tag}"))
+                .source(node)
+                .target(format!("reply-to-{tag}"))
+                .attach(session),
+        )
+        .await
+        .unwrap();
+        Management { requests, responses, next_id: 0 }
+    }
+
+    /// Status, error condition and body of the answer to `operation`.
+    async fn request(&mut self, operation: &str, body: Value) -> (i32, Option<String>, Value) {
+        self.next_id += 1;
+        let reply_to = self.responses.target().as_ref().and_then(|t| t.address.clone());
+        let message = Message::builder()
+            .properties(
+                Properties::builder()
+                    .message_id(MessageId::Ulong(self.next_id))
+                    .reply_to(reply_to.unwrap())
+                    .build(),
+            )
+            .application_properties(
+                ApplicationProperties::builder().insert("operation", operation).build(),
+            )
+            .value(body)
+            .build();
+        guard(self.requests.send(message)).await.unwrap().accepted_or_else(|o| o).unwrap();
+        let delivery = guard(self.responses.recv::<AmqpValue<Value>>()).await.unwrap();
+        self.responses.accept(&delivery).await.unwrap();
+        let message = delivery.into_message();
+        let props = message.application_properties.expect("status properties").0;
+        let status = match props.get("statusCode") {
+            Some(SimpleValue::Int(s)) => *s,
+            other => panic!("statusCode {other:?}"),
+        };
+        let condition = match props.get("errorCondition") {
+            Some(SimpleValue::Symbol(s)) => Some(s.0.clone()),
+            Some(SimpleValue::String(s)) => Some(s.clone()),
+            _ => None,
+        };
+        (status, condition, message.body.0)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_receivers_get_their_session_only_in_order() {
+    let (_broker, _clock, url, _trigger) = start().await;
+    let mut connection = guard(Connection::open("sessions-test", url.as_str())).await.unwrap();
+    let mut session = guard(Session::begin(&mut connection)).await.unwrap();
+    let mut sender = guard(Sender::attach(&mut session, "sender", "sq")).await.unwrap();
+    for i in 0..5 {
+        send(&mut sender, "a", &format!("a{i}")).await;
+        send(&mut sender, "b", &format!("b{i}")).await;
+    }
+    // A plain receiver on a session queue is refused.
+    let mut other = guard(Session::begin(&mut connection)).await.unwrap();
+    assert!(guard(Receiver::attach(&mut other, "plain", "sq")).await.is_err());
+
+    // Session a by name: its messages only, in order.
+    let mut a = attach(&mut session, "a", Some("a"), None).await.unwrap();
+    assert_eq!(bodies(&mut a, 5).await, ["a0", "a1", "a2", "a3", "a4"]);
+    // Held: another receiver cannot lock it.
+    let mut other = guard(Session::begin(&mut connection)).await.unwrap();
+    refused_with(
+        attach(&mut other, "a-again", Some("a"), None).await,
+        "com.microsoft:session-cannot-be-locked",
+    );
+    // Next available (null filter): b, the only unlocked session with messages.
+    let mut next = attach(&mut session, "next", None, Some(5_000)).await.unwrap();
+    assert_eq!(bodies(&mut next, 5).await, ["b0", "b1", "b2", "b3", "b4"]);
+    guard(next.close()).await.unwrap();
+    guard(a.close()).await.unwrap();
+    // Released: session a can be locked again, by name (even without messages).
+    let a = attach(&mut session, "a-later", Some("a"), None).await.unwrap();
+    guard(a.close()).await.unwrap();
+    connection.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accept_next_times_out_and_a_lost_lock_detaches_the_link() {
+    let (_broker, clock, url, _trigger) = start().await;
+    let mut connection = guard(Connection::open("sessions-timeout", url.as_str())).await.unwrap();
+    let mut session = guard(Session::begin(&mut connection)).await.unwrap();
+    let mut sender = guard(Sender::attach(&mut session, "sender", "sq")).await.unwrap();
+    send(&mut sender, "only", "x").await;
+    let mut held = attach(&mut session, "held", None, Some(5_000)).await.unwrap();
+    // No other session is ready: accept-next waits its timeout on the broker's clock, then
+    // refuses with com.microsoft:timeout.
+    let ticking = {
+        let clock = clock.clone();
+        tokio::spawn(async move {
+            for _ in 0..40 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                clock.advance(Duration::from_millis(500));
+            }
+        })
+    };
+    let mut other = guard(Session::begin(&mut connection)).await.unwrap();
+    refused_with(attach(&mut other, "next", None, Some(2_000)).await, "com.microsoft:timeout");
+    ticking.abort();
+    // The held session's lock (60 s) expires: the link is detached with session-lock-lost.
+    let delivery = guard(held.recv::<Data>()).await.unwrap();
+    clock.advance(Duration::from_secs(61));
+    let lost = guard(held.recv::<Data>()).await;
+    match lost {
+        Err(RecvError::LinkStateError(LinkStateError::RemoteClosedWithError(error))) => {
+            assert_eq!(
+                error.condition,
+                ErrorCondition::Custom(Symbol::from("com.microsoft:session-lock-lost"))
+            );
+        }
+        other => panic!("expected a session-lock-lost detach: {other:?}"),
+    }
+    drop(delivery);
+    // The message's delivery counted; the session is free again.
+    let mut again = guard(Session::begin(&mut connection)).await.unwrap();
+    let mut retry = attach(&mut again, "retry", Some("only"), None).await.unwrap();
+    assert_eq!(bodies(&mut retry, 1).await, ["x"]);
+    connection.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_operations_on_the_management_node() {
+    let (_broker, _clock, url, _trigger) = start().await;
+    let mut connection = guard(Connection::open("sessions-mgmt", url.as_str())).await.unwrap();
+    let mut session = guard(Session::begin(&mut connection)).await.unwrap();
+    let mut sender = guard(Sender::attach(&mut session, "sender", "sq")).await.unwrap();
+    for id in ["s1", "s2", "s3"] {
+        send(&mut sender, id, id).await;
+    }
+    let mut mgmt = Management::attach(&mut session, "m").await;
+    let sid = |id: &str| map(vec![("session-id", Value::String(id.to_owned()))]);
+
+    // Sessions with messages, listed as py asks (last-updated-time = DateTime.MaxValue).
+    let max = fe2o3_amqp::types::primitives::Timestamp::from_milliseconds(253_402_300_800_000);
+    let list = map(vec![
+        ("last-updated-time", Value::Timestamp(max)),
+        ("skip", Value::Int(0)),
+        ("top", Value::Int(100)),
+    ]);
+    let (status, _, body) = mgmt.request("com.microsoft:get-message-sessions", list).await;
+    assert_eq!(status, 200);
+    let ids: Vec<String> = match field(&body, "sessions-ids") {
+        Some(Value::Array(a)) => {
+            a.0.iter()
+                .map(|v| match v {
+                    Value::String(s) => s.clone(),
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        }
+        other => panic!("sessions-ids {other:?}"),
+    };
+    assert_eq!(ids, ["s1", "s2", "s3"]);
+
+    // Renewing a session not held here: session-lock-lost.
+    let (status, condition, _) = mgmt.request("com.microsoft:renew-session-lock", sid("s1")).await;
+    assert_eq!((status, condition.as_deref()), (410, Some("com.microsoft:session-lock-lost")));
+
+    let s1 = attach(&mut session, "s1", Some("s1"), None).await.unwrap();
+    let (status, _, body) = mgmt.request("com.microsoft:renew-session-lock", sid("s1")).await;
+    assert_eq!(status, 200);
+    assert!(matches!(field(&body, "expiration"), Some(Value::Timestamp(_))), "{body:?}");
+
+    // State: none, then set, read back, cleared.
+    let (status, _, body) = mgmt.request("com.microsoft:get-session-state", sid("s1")).await;
+    assert_eq!(status, 200);
+    assert_eq!(field(&body, "session-state"), Some(&Value::Null));
+    let set = map(vec![
+        ("session-id", Value::String("s1".into())),
+        ("session-state", Value::Binary(Binary::from(b"state-1".to_vec()))),
+    ]);
+    let (status, _, _) = mgmt.request("com.microsoft:set-session-state", set).await;
+    assert_eq!(status, 200);
+    let (_, _, body) = mgmt.request("com.microsoft:get-session-state", sid("s1")).await;
+    assert_eq!(
+        field(&body, "session-state"),
+        Some(&Value::Binary(Binary::from(b"state-1".to_vec())))
+    );
+    let clear =
+        map(vec![("session-id", Value::String("s1".into())), ("session-state", Value::Null)]);
+    let (status, _, _) = mgmt.request("com.microsoft:set-session-state", clear).await;
+    assert_eq!(status, 200);
+    let (_, _, body) = mgmt.request("com.microsoft:get-session-state", sid("s1")).await;
+    assert_eq!(field(&body, "session-state"), Some(&Value::Null));
+
+    // Peek within a session: its message only.
+    let peek = map(vec![
+        ("from-sequence-number", Value::Long(0)),
+        ("message-count", Value::Int(10)),
+        ("session-id", Value::String("s2".into())),
+    ]);
+    let (status, _, body) = mgmt.request("com.microsoft:peek-message", peek).await;
+    assert_eq!(status, 200);
+    assert!(matches!(field(&body, "messages"), Some(Value::List(l)) if l.len() == 1), "{body:?}");
+    guard(s1.close()).await.unwrap();
+    connection.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_receiver_on_a_queue_without_sessions_is_refused() {
+    let broker = common::memory_broker().await;
+    broker.create_queue("sq", QueueDescription::default()).await.unwrap();
+    let (addr, _trigger) = common::serve(broker).await;
+    let url = format!("amqp://RootManageSharedAccessKey:SAS_KEY_VALUE@{addr}");
+    let mut connection = guard(Connection::open("sessions-plain", url.as_str())).await.unwrap();
+    let mut session = guard(Session::begin(&mut connection)).await.unwrap();
+    refused_with(attach(&mut session, "named", Some("a"), None).await, "amqp:not-allowed");
+    connection.close().await.unwrap();
+}
