@@ -107,6 +107,8 @@ enum Event {
     Drained { channel: u16, handle: u32 },
     /// A management response is ready.
     Response { channel: u16, node: String, reply_to: Option<String>, payload: Bytes },
+    /// An accept-next for a session receiver attach finished (`links.rs`).
+    SessionAccepted(links::Accepted),
 }
 
 /// Serves one TCP connection until it closes or the server shuts down.
@@ -729,6 +731,7 @@ impl Connection {
             Event::Response { channel, node, reply_to, payload } => {
                 self.respond(channel, node, reply_to, payload)
             }
+            Event::SessionAccepted(accepted) => self.on_session_accepted(accepted),
         }
     }
 }

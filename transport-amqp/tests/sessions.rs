@@ -348,3 +348,26 @@ async fn a_session_receiver_on_a_queue_without_sessions_is_refused() {
     refused_with(attach(&mut session, "named", Some("a"), None).await, "amqp:not-allowed");
     connection.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_accept_next_leaves_the_connection_working_and_takes_a_new_session() {
+    let (_broker, _clock, url, _trigger) = start().await;
+    let mut connection = guard(Connection::open("sessions-wait", url.as_str())).await.unwrap();
+    let mut waiting_session = guard(Session::begin(&mut connection)).await.unwrap();
+    // Nothing is ready: the accept-next waits (the broker's clock stands still).
+    let waiting = tokio::spawn(async move {
+        let receiver = attach(&mut waiting_session, "waiting", None, Some(60_000)).await;
+        (receiver, waiting_session)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "no session to accept yet");
+    // The same connection still sends meanwhile; the new session is what the wait takes.
+    let mut session = guard(Session::begin(&mut connection)).await.unwrap();
+    let mut sender = guard(Sender::attach(&mut session, "sender", "sq")).await.unwrap();
+    send(&mut sender, "late", "hello").await;
+    let (receiver, _waiting_session) = guard(waiting).await.unwrap();
+    let mut receiver = receiver.unwrap();
+    assert_eq!(bodies(&mut receiver, 1).await, ["hello"]);
+    guard(receiver.close()).await.unwrap();
+    connection.close().await.unwrap();
+}

@@ -12,9 +12,11 @@ use fe2o3_amqp_types::definitions::{Role, SenderSettleMode};
 use fe2o3_amqp_types::messaging::TargetArchetype;
 use fe2o3_amqp_types::performatives::{Attach, Detach, Flow, Performative};
 use fe2o3_amqp_types::primitives::{Symbol, Value};
+use futures_util::future::{AbortHandle, Abortable};
 use ironbus_core::auth::Right;
 use ironbus_core::{
-    EntityAddress, EntityDescription, PathShape, ReceiveMode, Receiver, SessionReceiver,
+    EntityAddress, EntityDescription, PathShape, ReceiveMode, Receiver, SessionError,
+    SessionReceiver,
 };
 
 use crate::error::{WireError, SESSION_LOCK_LOST};
@@ -95,6 +97,13 @@ fn accept_wait(attach: &Attach) -> Duration {
         Some(ms) if ms >= 0 => Duration::from_millis(ms as u64),
         _ => DEFAULT_ACCEPT_WAIT,
     }
+}
+
+/// A finished accept-next for a session receiver attach (`None`: given up).
+pub(super) struct Accepted {
+    channel: u16,
+    attach: Box<Attach>,
+    result: Option<Result<SessionReceiver, SessionError>>,
 }
 
 #[derive(Debug)]
@@ -254,8 +263,9 @@ impl Connection {
                             let accepted = match id {
                                 Some(id) => broker.accept_session(entity.clone(), &id, mode).await,
                                 None => {
-                                    let wait = accept_wait(&attach);
-                                    broker.accept_next_session(entity.clone(), mode, wait).await
+                                    // It may wait long: the loop goes on meanwhile.
+                                    self.start_accept_next(channel, attach, entity.clone(), mode);
+                                    return Ok(());
                                 }
                             };
                             let session = match accepted {
@@ -368,9 +378,98 @@ impl Connection {
         })
     }
 
+    /// Starts an accept-next for a session receiver attach; [`Connection::on_session_accepted`]
+    /// answers the attach when it finishes.
+    fn start_accept_next(
+        &mut self,
+        channel: u16,
+        attach: Attach,
+        address: EntityAddress,
+        mode: ReceiveMode,
+    ) {
+        let wait = accept_wait(&attach);
+        let broker = self.cx.broker.clone();
+        let handle = attach.handle.0;
+        let (abort, registration) = AbortHandle::new_pair();
+        if let Some(session) = self.sessions.get_mut(&channel) {
+            session.accepting.insert(handle, abort);
+        }
+        let accept = Abortable::new(
+            async move { broker.accept_next_session(address.clone(), mode, wait).await },
+            registration,
+        );
+        self.pending.push(Box::pin(async move {
+            // Given up (the client detached): nothing to answer.
+            let result = accept.await.ok();
+            Event::SessionAccepted(Accepted { channel, attach: Box::new(attach), result })
+        }));
+    }
+
+    /// Answers a session receiver attach whose accept-next finished: the link with its session,
+    /// or a refusal (`com.microsoft:timeout` when no session became available). An accept the
+    /// client gave up meanwhile is dropped, which releases its session.
+    pub(super) fn on_session_accepted(&mut self, accepted: Accepted) {
+        let Accepted { channel, attach, result } = accepted;
+        let handle = attach.handle.0;
+        let waiting =
+            self.sessions.get_mut(&channel).is_some_and(|s| s.accepting.remove(&handle).is_some());
+        let Some(result) = result.filter(|_| waiting) else { return };
+        let attach = *attach;
+        let session = match result {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = self.refuse(channel, attach, WireError::from(e));
+                return;
+            }
+        };
+        let path = attach
+            .source
+            .as_ref()
+            .and_then(|s| s.address.as_deref())
+            .map(node_path)
+            .unwrap_or_default();
+        let Ok(Node::Entity(address)) = resolve(&path) else { return };
+        let mut reply = attach.clone();
+        reply.role = Role::Sender;
+        reply.unsettled = None;
+        reply.incomplete_unsettled = false;
+        reply.offered_capabilities = None;
+        reply.desired_capabilities = None;
+        reply.initial_delivery_count = Some(0);
+        reply.max_message_size = None;
+        session_reply(&mut reply, &session);
+        let receiver = LinkReceiver::Session(Arc::new(session));
+        receiver.watch_with(self.watcher.clone());
+        receiver.set_outstanding(0);
+        let target_address = match attach.target.as_deref() {
+            Some(TargetArchetype::Target(t)) => t.address.clone(),
+            _ => None,
+        };
+        let link = LinkState::Outbound(OutboundLink {
+            kind: Outbound::Entity { receiver: Arc::new(receiver), address },
+            path,
+            target_address,
+            name: attach.name.clone(),
+            delivery_count: 0,
+            credit: 0,
+            draining: false,
+        });
+        frame::write_performative(&mut self.out, channel, &Performative::Attach(reply));
+        if let Some(session) = self.sessions.get_mut(&channel) {
+            session.links.insert(handle, link);
+        }
+    }
+
     pub(super) fn on_detach(&mut self, channel: u16, detach: Detach) -> Result<(), WireError> {
         let session = self.session(channel)?;
         let handle = detach.handle.0;
+        if let Some(abort) = session.accepting.remove(&handle) {
+            // A pending accept-next given up: cancel it and answer the detach.
+            abort.abort();
+            let reply = Detach { handle: detach.handle, closed: detach.closed, error: None };
+            frame::write_performative(&mut self.out, channel, &Performative::Detach(reply));
+            return Ok(());
+        }
         if session.links.remove(&handle).is_none() {
             // Not ours (already refused, or never attached): nothing to answer.
             return Ok(());

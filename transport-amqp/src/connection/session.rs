@@ -22,6 +22,9 @@ pub(super) struct Session {
     pub(super) next_delivery_id: u32,
     pub(super) links: HashMap<u32, LinkState>,
     pub(super) unsettled: HashMap<u32, Unsettled>,
+    /// Session receiver attaches waiting for the next available session, by handle: a detach
+    /// meanwhile gives the accept up (nothing stays locked to a link that is gone).
+    pub(super) accepting: HashMap<u32, futures_util::future::AbortHandle>,
 }
 
 impl Connection {
@@ -46,6 +49,7 @@ impl Connection {
                 next_delivery_id: 0,
                 links: HashMap::new(),
                 unsettled: HashMap::new(),
+                accepting: HashMap::new(),
             },
         );
         let reply = Begin {
