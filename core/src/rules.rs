@@ -59,6 +59,8 @@ impl Route {
 pub(crate) struct Published {
     pub(crate) enqueued_time: Timestamp,
     pub(crate) sequence_number: SequenceNumber,
+    /// The message's size ([`Message::size`]), computed once for every subscription.
+    pub(crate) size: u64,
 }
 
 impl RuleSet {
@@ -78,7 +80,7 @@ impl RuleSet {
         let publish = PublishInfo {
             enqueued_time: published.enqueued_time,
             sequence_number: published.sequence_number,
-            size: message.size() as u64,
+            size: published.size,
             ..PublishInfo::default()
         };
         let context = EvalContext::with_publish(message, publish);
@@ -183,6 +185,7 @@ mod tests {
         let published = Published {
             enqueued_time: Timestamp::from_millis(0),
             sequence_number: SequenceNumber(1),
+            size: message.size() as u64,
         };
         RuleSet::compile(&rules).unwrap().route(message, published)
     }

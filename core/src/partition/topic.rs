@@ -121,16 +121,18 @@ impl TopicPart {
         now: Timestamp,
     ) -> Result<Vec<SendOutcome>> {
         // Routes first, without changing anything: a refused batch leaves no trace.
-        let mut routes: Vec<Option<Vec<Route>>> = Vec::with_capacity(messages.len());
+        let mut routes: Vec<Option<Vec<(usize, Route)>>> = Vec::with_capacity(messages.len());
         for message in &messages {
             let scheduled = message.properties.scheduled_enqueue_time.is_some_and(|at| at > now);
             if scheduled || topic.is_duplicate(message, now) {
                 routes.push(None);
                 continue;
             }
-            let published = Published { enqueued_time: now, sequence_number: SequenceNumber(0) };
+            let size = message.size() as u64;
+            let published =
+                Published { enqueued_time: now, sequence_number: SequenceNumber(0), size };
             let route = self.route(message, published);
-            if self.filtering && !route.iter().any(Route::takes_any) {
+            if self.filtering && route.is_empty() {
                 return Err(BrokerError::NoMatchingSubscription { entity: self.name.clone() });
             }
             routes.push(Some(route));
@@ -158,18 +160,19 @@ impl TopicPart {
         Ok(outcomes)
     }
 
-    /// Each subscription's route for a message, in lane order.
-    fn route(&self, message: &Message, published: Published) -> Vec<Route> {
-        self.lanes
-            .iter()
-            .map(|lane| {
-                if lane.config.takes_messages {
-                    lane.config.rules.route(message, published)
-                } else {
-                    Route::default()
+    /// The routes of the subscriptions that take something of a message, by lane index, in
+    /// lane order (the others are not kept: with many subscriptions, most take nothing).
+    fn route(&self, message: &Message, published: Published) -> Vec<(usize, Route)> {
+        let mut routes = Vec::new();
+        for (i, lane) in self.lanes.iter().enumerate() {
+            if lane.config.takes_messages {
+                let route = lane.config.rules.route(message, published);
+                if route.takes_any() {
+                    routes.push((i, route));
                 }
-            })
-            .collect()
+            }
+        }
+        routes
     }
 
     /// Stores the copies of a message published under `seq`: one plain copy (or a
@@ -180,15 +183,13 @@ impl TopicPart {
         topic: &mut PartitionState,
         seq: SequenceNumber,
         message: &Arc<Message>,
-        routes: Vec<Route>,
+        routes: Vec<(usize, Route)>,
         enqueued_time: Timestamp,
     ) {
         let mut uses = 0u32;
-        let mut filtered_out = 0u64;
-        for (lane, route) in self.lanes.iter_mut().zip(routes) {
-            if !route.takes_any() {
-                filtered_out += 1;
-            }
+        let filtered_out = (self.lanes.len() - routes.len()) as u64;
+        for (i, route) in routes {
+            let lane = &mut self.lanes[i];
             if let Some(failure) = route.failure {
                 if lane.config.dead_letter_filter_errors {
                     metrics::counter!(m::DEAD_LETTERED_TOTAL, "reason" => "filter").increment(1);
@@ -256,7 +257,9 @@ impl TopicPart {
                 topic.fx.released.push(seq);
                 continue;
             };
-            let published = Published { enqueued_time: entry.enqueued_time, sequence_number: seq };
+            let size = message.size() as u64;
+            let published =
+                Published { enqueued_time: entry.enqueued_time, sequence_number: seq, size };
             let routes = self.route(&message, published);
             // The scheduled entry's use of the body ends; the copies' begin.
             topic.fx.released.push(seq);
