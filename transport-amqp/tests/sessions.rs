@@ -251,7 +251,25 @@ async fn accept_next_times_out_and_a_lost_lock_detaches_the_link() {
         }
         other => panic!("expected a session-lock-lost detach: {other:?}"),
     }
-    drop(delivery);
+    // Settling its message over $management now fails with session-lock-lost.
+    let token = ironbus_transport_amqp::codec::delivery_tag_to_lock_token(delivery.delivery_tag())
+        .expect("a lock token tag");
+    let mut mgmt_session = guard(Session::begin(&mut connection)).await.unwrap();
+    let mut mgmt = Management::attach(&mut mgmt_session, "lost").await;
+    let settle = map(vec![
+        ("disposition-status", Value::String("completed".into())),
+        ("lock-tokens", Value::Array(vec![Value::Uuid((*token.as_bytes()).into())].into())),
+        ("session-id", Value::String("only".into())),
+    ]);
+    let (status, condition, _) = mgmt.request("com.microsoft:update-disposition", settle).await;
+    assert_eq!((status, condition.as_deref()), (410, Some("com.microsoft:session-lock-lost")));
+    let (status, condition, _) = mgmt
+        .request(
+            "com.microsoft:renew-session-lock",
+            map(vec![("session-id", Value::String("only".into()))]),
+        )
+        .await;
+    assert_eq!((status, condition.as_deref()), (410, Some("com.microsoft:session-lock-lost")));
     // The message's delivery counted; the session is free again.
     let mut again = guard(Session::begin(&mut connection)).await.unwrap();
     let mut retry = attach(&mut again, "retry", Some("only"), None).await.unwrap();

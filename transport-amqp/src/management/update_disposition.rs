@@ -2,7 +2,10 @@
 //! defer, dead-letter), with properties to modify.
 
 use fe2o3_amqp_types::primitives::Value;
-use ironbus_core::{ApplicationProperties, Broker, Disposition, EntityAddress, LockToken};
+use ironbus_core::{
+    ApplicationProperties, Broker, BrokerError, Disposition, EntityAddress, EntityDescription,
+    LockToken, SessionError, SubQueue,
+};
 
 use crate::error::WireError;
 use crate::request::Request;
@@ -42,7 +45,29 @@ pub(super) async fn execute(
         }
     };
     for token in uuid_list(request, "lock-tokens")? {
-        broker.settle(address.clone(), LockToken(token), disposition.clone()).await?;
+        match broker.settle(address.clone(), LockToken(token), disposition.clone()).await {
+            Ok(()) => {}
+            // A session message's lock is its session's: on a session entity, a lost lock is
+            // the session's (js sends session-id on other entities too: not there).
+            Err(BrokerError::MessageLockLost)
+                if request.field("session-id").is_some()
+                    && requires_session(&broker, &address).await =>
+            {
+                return Err(SessionError::LockLost.into());
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(Outcome::ok(None))
+}
+
+async fn requires_session(broker: &Broker, address: &EntityAddress) -> bool {
+    if address.queue != SubQueue::Main {
+        return false;
+    }
+    match broker.get_entity(&address.entity).await.map(|info| info.description) {
+        Ok(EntityDescription::Queue(q)) => q.requires_session,
+        Ok(EntityDescription::Subscription(s)) => s.requires_session,
+        _ => false,
+    }
 }
