@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 from azure.core.exceptions import ResourceNotFoundError
-from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusMessage
+from azure.servicebus import NEXT_AVAILABLE_SESSION, ServiceBusClient, ServiceBusMessage
 from azure.servicebus.exceptions import (
     OperationTimeoutError,
     SessionCannotBeLockedError,
@@ -31,6 +31,13 @@ def session_queue(admin):
         admin.delete_queue(name)
     except ResourceNotFoundError:
         pass
+
+
+@pytest.fixture
+def no_retry_client(connection_string):
+    """A client that does not retry: the SDK retries both errors below (0.8 s x 2^n backoff)."""
+    with ServiceBusClient.from_connection_string(connection_string, retry_total=0) as sb_client:
+        yield sb_client
 
 
 def send(client, queue, session_id, bodies):
@@ -81,8 +88,8 @@ def test_session_state_and_lock_renewal(client, session_queue):
         receiver.complete_message(message)
 
 
-def test_next_available_times_out_without_sessions(client, session_queue):
-    receiver = client.get_queue_receiver(
+def test_next_available_times_out_without_sessions(no_retry_client, session_queue):
+    receiver = no_retry_client.get_queue_receiver(
         session_queue, session_id=NEXT_AVAILABLE_SESSION, max_wait_time=2
     )
     with pytest.raises(OperationTimeoutError):
@@ -90,10 +97,28 @@ def test_next_available_times_out_without_sessions(client, session_queue):
             receiver.receive_messages(max_wait_time=2)
 
 
-def test_a_session_held_elsewhere_cannot_be_locked(client, session_queue):
+def test_a_session_held_elsewhere_cannot_be_locked(client, no_retry_client, session_queue):
     send(client, session_queue, "held", ["x"])
     with client.get_queue_receiver(session_queue, session_id="held", max_wait_time=5):
-        other = client.get_queue_receiver(session_queue, session_id="held", max_wait_time=2)
+        other = no_retry_client.get_queue_receiver(
+            session_queue, session_id="held", max_wait_time=2
+        )
         with pytest.raises(SessionCannotBeLockedError):
             with other:
                 other.receive_messages(max_wait_time=2)
+
+
+def test_session_peek_and_deferred_messages(client, session_queue):
+    send(client, session_queue, "d", ["d0", "d1"])
+    send(client, session_queue, "other", ["o"])
+    with client.get_queue_receiver(session_queue, session_id="d", max_wait_time=5) as receiver:
+        peeked = receiver.peek_messages(max_message_count=10)
+        assert [body_text(m) for m in peeked] == ["d0", "d1"]
+        first, second = receive_n(receiver, 2)
+        receiver.defer_message(first)
+        receiver.complete_message(second)
+        [deferred] = receiver.receive_deferred_messages([first.sequence_number])
+        assert body_text(deferred) == "d0"
+        assert deferred.session_id == "d"
+        receiver.complete_message(deferred)
+        assert receiver.peek_messages(max_message_count=10) == []
