@@ -46,6 +46,9 @@ tasks:
     bench fanout        topic fan-out: ironbus RocksDB (a topic, 1/4/16 subscriptions) against a
                         RabbitMQ fanout exchange bound to 1/4/16 durable queues, alternating
                         rounds, and store bytes per publish; env ROUNDS, RECEIPTS, BROKERS, OUT
+    bench filter-cost   publish rate to a topic with 100 subscriptions of distinct SQL filters
+                        (one matching) against one with a single subscription; env ROUNDS,
+                        MESSAGES, SUBSCRIPTIONS
     compat [SUITE] [-- ARGS]
                         run the SDK compatibility suites (python, js, rust; default all) against a
                         fresh ironbus; ARGS go to the suite's runner; `compat config` prints
