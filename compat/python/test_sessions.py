@@ -122,3 +122,25 @@ def test_session_peek_and_deferred_messages(client, session_queue):
         assert deferred.session_id == "d"
         receiver.complete_message(deferred)
         assert receiver.peek_messages(max_message_count=10) == []
+
+
+def test_session_subscription(admin, client):
+    topic = f"py-sessions-topic-{uuid.uuid4().hex[:8]}"
+    admin.create_topic(topic)
+    try:
+        admin.create_subscription(topic, "s", requires_session=True)
+        assert admin.get_subscription(topic, "s").requires_session is True
+        with client.get_topic_sender(topic) as sender:
+            sender.send_messages([ServiceBusMessage(f"m{i}", session_id="t") for i in range(3)])
+        with client.get_subscription_receiver(
+            topic, "s", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5
+        ) as receiver:
+            assert receiver.session.session_id == "t"
+            received = receive_n(receiver, 3)
+            assert [body_text(m) for m in received] == ["m0", "m1", "m2"]
+            for m in received:
+                receiver.complete_message(m)
+            receiver.session.set_state(b"done")
+            assert receiver.session.get_state() == b"done"
+    finally:
+        admin.delete_topic(topic)
