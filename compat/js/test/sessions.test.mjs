@@ -113,3 +113,26 @@ test("a session held by another receiver cannot be locked", opts, () =>
     }),
   ),
 );
+
+test("peek and deferred messages within a session", opts, () =>
+  withSessionQueue((queue) =>
+    withClient(async (client) => {
+      await send(client, queue, "d", ["d0", "d1"]);
+      await send(client, queue, "other", ["o"]);
+      const receiver = await client.acceptSession(queue, "d", lockOptions);
+      const peeked = await receiver.peekMessages(10);
+      assert.deepEqual(
+        peeked.map((m) => m.body),
+        ["d0", "d1"],
+      );
+      const [first, second] = await receiveN(receiver, 2);
+      await receiver.deferMessage(first);
+      await receiver.completeMessage(second);
+      const [deferred] = await receiver.receiveDeferredMessages([first.sequenceNumber]);
+      assert.equal(deferred.body, "d0");
+      assert.equal(deferred.sessionId, "d");
+      await receiver.completeMessage(deferred);
+      await receiver.close();
+    }),
+  ),
+);
