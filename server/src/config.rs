@@ -598,6 +598,13 @@ mod tests {
     }
 
     #[test]
+    fn requires_session_is_taken() {
+        let sessions = r#"{"UserConfig": {"Namespaces": [{"Name": "n", "Queues": [{"Name": "q", "Properties": {"RequiresSession": true}}]}]}}"#;
+        let declared = parse(sessions).unwrap();
+        assert!(declared.queues[0].description.requires_session);
+    }
+
+    #[test]
     fn unsupported_parts_are_refused_clearly() {
         let unknown = r#"{"UserConfig": {"Namespaces": [{"Name": "n", "Queues": [{"Name": "q", "Properties": {"Bogus": 1}}]}]}}"#;
         assert!(format!("{:#}", parse(unknown).unwrap_err()).contains("Bogus"));
