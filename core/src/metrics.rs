@@ -25,6 +25,19 @@ pub const MESSAGES_UNMATCHED_TOTAL: &str = "ironbus_broker_messages_unmatched_to
 /// Copies of published messages a subscription did not take: its rules did not match, it has
 /// no rules, or its status does not take messages (one per message and subscription).
 pub const MESSAGES_FILTERED_OUT_TOTAL: &str = "ironbus_broker_messages_filtered_out_total";
+/// Copies a subscription took from its topic. Label: `entity` (the subscription's path).
+pub const SUBSCRIPTION_MESSAGES_INCOMING_TOTAL: &str =
+    "ironbus_broker_subscription_messages_incoming_total";
+/// Messages a subscription handed to receivers. Label: `entity`.
+pub const SUBSCRIPTION_MESSAGES_OUTGOING_TOTAL: &str =
+    "ironbus_broker_subscription_messages_outgoing_total";
+/// Messages published to its topic that a subscription did not take. Label: `entity`.
+pub const SUBSCRIPTION_MESSAGES_FILTERED_OUT_TOTAL: &str =
+    "ironbus_broker_subscription_messages_filtered_out_total";
+/// Messages a subscription moved to its dead-letter queue. Labels: `entity`, `reason` (as
+/// [`DEAD_LETTERED_TOTAL`]).
+pub const SUBSCRIPTION_DEAD_LETTERED_TOTAL: &str =
+    "ironbus_broker_subscription_dead_lettered_total";
 /// Partitions currently unavailable (their store cannot serve them).
 pub const PARTITIONS_UNAVAILABLE: &str = "ironbus_broker_partitions_unavailable";
 /// Message bodies read back from the store (not in the body cache when delivered or peeked).
@@ -127,6 +140,30 @@ pub const CATALOGUE: &[MetricDef] = &[
         labels: &[],
     },
     MetricDef {
+        name: SUBSCRIPTION_MESSAGES_INCOMING_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Copies a subscription took from its topic",
+        labels: &["entity"],
+    },
+    MetricDef {
+        name: SUBSCRIPTION_MESSAGES_OUTGOING_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Messages a subscription handed to receivers",
+        labels: &["entity"],
+    },
+    MetricDef {
+        name: SUBSCRIPTION_MESSAGES_FILTERED_OUT_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Messages published to its topic that a subscription did not take",
+        labels: &["entity"],
+    },
+    MetricDef {
+        name: SUBSCRIPTION_DEAD_LETTERED_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Messages a subscription moved to its dead-letter queue by reason",
+        labels: &["entity", "reason"],
+    },
+    MetricDef {
         name: PARTITIONS_UNAVAILABLE,
         kind: MetricKind::Gauge,
         help: "Partitions whose store cannot serve them",
@@ -171,7 +208,10 @@ pub fn describe() {
 mod tests {
     use super::*;
 
-    const BOUNDED_LABELS: &[&str] = &["entity_kind", "outcome", "reason", "operation", "transport"];
+    /// `entity` (a subscription's path) is bounded by the namespace's quotas: at most 2,000
+    /// subscriptions per topic and 10,000 topics; it is used on subscriptions' metrics only.
+    const BOUNDED_LABELS: &[&str] =
+        &["entity_kind", "outcome", "reason", "operation", "transport", "entity"];
 
     #[test]
     fn metric_names_follow_the_naming_rules() {

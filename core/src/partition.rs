@@ -210,6 +210,8 @@ pub(crate) type LaneId = EntityId;
 /// How a subscription's lane takes the topic's messages.
 #[derive(Debug)]
 pub(crate) struct LaneConfig {
+    /// The subscription's path, the `entity` label of its metrics.
+    pub(crate) name: Arc<str>,
     /// The queue the subscription behaves as (see `SubscriptionDescription::effective`).
     pub(crate) description: Arc<QueueDescription>,
     pub(crate) rules: Arc<RuleSet>,

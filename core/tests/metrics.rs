@@ -135,3 +135,61 @@ fn every_emitted_metric_is_in_the_catalogue() {
         assert!(m::CATALOGUE.iter().any(|d| d.name == name), "{name} is not in the catalogue");
     }
 }
+
+#[test]
+fn subscriptions_report_their_own_traffic_filtered_out_and_dead_letters() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    ::metrics::with_local_recorder(&recorder, || {
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            let broker = Broker::open(
+                Arc::new(MemoryStore::new()),
+                Arc::new(ManualClock::default()),
+                NamespaceLimits::default(),
+            )
+            .await
+            .unwrap();
+            let path = |p: &str| EntityPath::parse(p).unwrap();
+            let create = |p: &str, d: EntityDescription| {
+                let broker = broker.clone();
+                let p = path(p);
+                async move { broker.create_entity(&p, d).await.unwrap() }
+            };
+            create("t", EntityDescription::Topic(TopicDescription::default())).await;
+            for s in ["all", "none", "broken"] {
+                let sub = SubscriptionDescription::default();
+                create(&format!("t/Subscriptions/{s}"), EntityDescription::Subscription(sub)).await;
+            }
+            broker.delete_entity(&path("t/Subscriptions/none/Rules/$Default")).await.unwrap();
+            broker.delete_entity(&path("t/Subscriptions/broken/Rules/$Default")).await.unwrap();
+            let failing = RuleDescription {
+                filter: RuleFilter::Sql { expression: "n / 0 = 1".into(), parameters: vec![] },
+                action: None,
+            };
+            create("t/Subscriptions/broken/Rules/r", EntityDescription::Rule(failing)).await;
+            let messages =
+                (0..3).map(|_| Message::new("x").with_property("n", PropertyValue::Int(1)));
+            broker.send("t", messages.collect()).await.unwrap();
+            let receiver = broker
+                .open_receiver("t/Subscriptions/all", ReceiveMode::ReceiveAndDelete)
+                .await
+                .unwrap();
+            receiver.add_credit(2);
+            receiver.recv().await.unwrap();
+            receiver.recv().await.unwrap();
+        });
+    });
+    let snapshot = snapshotter.snapshot().into_vec();
+    let all = [("entity", "t/Subscriptions/all")];
+    assert_eq!(counter(&snapshot, m::SUBSCRIPTION_MESSAGES_INCOMING_TOTAL, &all), 3);
+    assert_eq!(counter(&snapshot, m::SUBSCRIPTION_MESSAGES_OUTGOING_TOTAL, &all), 2);
+    assert_eq!(counter(&snapshot, m::SUBSCRIPTION_MESSAGES_FILTERED_OUT_TOTAL, &all), 0);
+    let none = [("entity", "t/Subscriptions/none")];
+    assert_eq!(counter(&snapshot, m::SUBSCRIPTION_MESSAGES_FILTERED_OUT_TOTAL, &none), 3);
+    assert_eq!(counter(&snapshot, m::SUBSCRIPTION_MESSAGES_INCOMING_TOTAL, &none), 0);
+    let broken = [("entity", "t/Subscriptions/broken"), ("reason", "filter")];
+    assert_eq!(counter(&snapshot, m::SUBSCRIPTION_DEAD_LETTERED_TOTAL, &broken), 3);
+    assert_eq!(counter(&snapshot, m::MESSAGES_FILTERED_OUT_TOTAL, &[]), 3);
+}

@@ -87,7 +87,8 @@ impl Broker {
                         _ => None,
                     })
                     .collect();
-                let config = lane_config(topic, description, RuleSet::compile(&sub_rules)?);
+                let config =
+                    lane_config(&path_of(sub), topic, description, RuleSet::compile(&sub_rules)?);
                 let shareds = (0..partitions).map(|_| PartitionShared::new()).collect();
                 starts.push(SubscriptionStart { id: sub.id, config, shareds });
                 subs.push(sub.clone());
@@ -190,7 +191,7 @@ impl Broker {
         self.namespace_store().write(batch).await?;
         self.inner.next_entity_id.store(id + 2, std::sync::atomic::Ordering::Release);
 
-        let config = lane_config(&topic_description, &description, rules);
+        let config = lane_config(path, &topic_description, &description, rules);
         let shareds: Vec<Arc<PartitionShared>> =
             topic.partitions.iter().map(|_| PartitionShared::new()).collect();
         for (partition, shared) in topic.partitions.iter().zip(&shareds) {
@@ -488,8 +489,12 @@ impl Broker {
                 _ => None,
             })
             .collect();
-        let config =
-            lane_config(&topic_description(&topic)?, &description, RuleSet::compile(&rules)?);
+        let config = lane_config(
+            &subscription.path,
+            &topic_description(&topic)?,
+            &description,
+            RuleSet::compile(&rules)?,
+        );
         subscription.set_record(subscription.record(), config.description.clone());
         for partition in &subscription.partitions {
             partition.send(Command::Configure(config.clone()));
@@ -506,11 +511,13 @@ fn topic_description(topic: &EntityHandle) -> Result<TopicDescription> {
 }
 
 fn lane_config(
+    path: &EntityPath,
     topic: &TopicDescription,
     subscription: &SubscriptionDescription,
     rules: Arc<RuleSet>,
 ) -> Arc<LaneConfig> {
     Arc::new(LaneConfig {
+        name: Arc::from(path.as_str()),
         description: Arc::new(subscription.effective(topic)),
         rules,
         takes_messages: subscription.takes_messages(),

@@ -79,6 +79,8 @@ pub(crate) struct PartitionState {
     pub(crate) shared_bodies: bool,
     /// The kind of entity whose lane this is, as the metrics label it.
     pub(crate) entity_kind: &'static str,
+    /// A subscription's path: its lane also counts its own messages, by this `entity` label.
+    pub(crate) metric_entity: Option<Arc<str>>,
     /// What the cycle under way decided; the actor carries it out.
     pub(crate) fx: Effects,
 }
@@ -107,6 +109,7 @@ impl PartitionState {
             session_receivers: Vec::new(),
             shared_bodies: false,
             entity_kind: "queue",
+            metric_entity: None,
             fx: Effects::new(journal),
         }
     }
@@ -232,7 +235,7 @@ impl PartitionState {
     /// Ends the cycle's decisions: counts go to the metrics, the partition record and the
     /// body sweep join the journal if they are due.
     pub(crate) fn end_cycle(&mut self) {
-        self.fx.tally.record(self.entity_kind);
+        self.fx.tally.record(self.entity_kind, self.metric_entity.as_deref());
         if std::mem::take(&mut self.counter_dirty) {
             self.fx.journal.put_counter(self.last_counter);
         }
@@ -968,6 +971,11 @@ impl PartitionState {
             }
             _ => "client".to_owned(),
         };
+        if let Some(entity) = &self.metric_entity {
+            let entity = entity.to_string();
+            metrics::counter!(m::SUBSCRIPTION_DEAD_LETTERED_TOTAL, "entity" => entity, "reason" => label.clone())
+                .increment(1);
+        }
         metrics::counter!(m::DEAD_LETTERED_TOTAL, "reason" => label).increment(1);
         let mut props = properties;
         props.insert("DeadLetterReason".into(), PropertyValue::String(reason.to_owned()));

@@ -10,6 +10,10 @@ pub(crate) struct Tally {
     pub(crate) outgoing: u64,
     /// By [`Disposition::outcome`], in the order of [`SETTLEMENT_OUTCOMES`].
     pub(crate) settlements: [u64; SETTLEMENT_OUTCOMES.len()],
+    /// A subscription's lane: published messages it did not take.
+    pub(crate) filtered_out: u64,
+    /// A subscription's lane: copies dead-lettered because a rule failed to evaluate.
+    pub(crate) dead_lettered_filter: u64,
 }
 
 pub(crate) const SETTLEMENT_OUTCOMES: [&str; 5] =
@@ -25,8 +29,28 @@ impl Tally {
 
     /// Adds the cycle's counts to the metrics, labelled with the kind of entity the lane
     /// belongs to (queue, topic, subscription), and starts again from zero.
-    pub(crate) fn record(&mut self, entity_kind: &'static str) {
+    pub(crate) fn record(&mut self, entity_kind: &'static str, subscription: Option<&str>) {
         let tally = std::mem::take(self);
+        if let Some(entity) = subscription {
+            let per = [
+                (m::SUBSCRIPTION_MESSAGES_INCOMING_TOTAL, tally.incoming),
+                (m::SUBSCRIPTION_MESSAGES_OUTGOING_TOTAL, tally.outgoing),
+                (m::SUBSCRIPTION_MESSAGES_FILTERED_OUT_TOTAL, tally.filtered_out),
+            ];
+            for (name, count) in per {
+                if count > 0 {
+                    metrics::counter!(name, "entity" => entity.to_owned()).increment(count);
+                }
+            }
+            if tally.dead_lettered_filter > 0 {
+                metrics::counter!(
+                    m::SUBSCRIPTION_DEAD_LETTERED_TOTAL,
+                    "entity" => entity.to_owned(),
+                    "reason" => "filter"
+                )
+                .increment(tally.dead_lettered_filter);
+            }
+        }
         if tally.incoming > 0 {
             metrics::counter!(m::MESSAGES_INCOMING_TOTAL, "entity_kind" => entity_kind)
                 .increment(tally.incoming);

@@ -76,6 +76,7 @@ impl TopicPart {
         );
         state.shared_bodies = true;
         state.entity_kind = "subscription";
+        state.metric_entity = Some(lane.config.name.clone());
         let sub = SubLane { id: lane.id, shared: lane.shared, config: lane.config, state };
         match self.lanes.binary_search_by_key(&lane.id, |l| l.id) {
             Ok(i) => self.lanes[i] = sub,
@@ -92,6 +93,7 @@ impl TopicPart {
         if let Ok(i) = self.lanes.binary_search_by_key(&id, |l| l.id) {
             let lane = &mut self.lanes[i];
             lane.state.description = config.description.clone();
+            lane.state.metric_entity = Some(config.name.clone());
             lane.config = config;
         }
     }
@@ -188,11 +190,24 @@ impl TopicPart {
     ) {
         let mut uses = 0u32;
         let filtered_out = (self.lanes.len() - routes.len()) as u64;
+        // Every lane not routed filtered the message out (counted per subscription at the end
+        // of the cycle, in its tally).
+        let mut next = 0;
+        for &(i, _) in &routes {
+            for lane in &mut self.lanes[next..i] {
+                lane.state.fx.tally.filtered_out += 1;
+            }
+            next = i + 1;
+        }
+        for lane in &mut self.lanes[next..] {
+            lane.state.fx.tally.filtered_out += 1;
+        }
         for (i, route) in routes {
             let lane = &mut self.lanes[i];
             if let Some(failure) = route.failure {
                 if lane.config.dead_letter_filter_errors {
                     metrics::counter!(m::DEAD_LETTERED_TOTAL, "reason" => "filter").increment(1);
+                    lane.state.fx.tally.dead_lettered_filter += 1;
                     lane.state.insert_copy(
                         SubQueue::DeadLetter,
                         seq,
