@@ -38,6 +38,12 @@ pub const SUBSCRIPTION_MESSAGES_FILTERED_OUT_TOTAL: &str =
 /// [`DEAD_LETTERED_TOTAL`]).
 pub const SUBSCRIPTION_DEAD_LETTERED_TOTAL: &str =
     "ironbus_broker_subscription_dead_lettered_total";
+/// Sessions locked by a receiver (accepted by id or as the next available).
+pub const SESSIONS_ACCEPTED_TOTAL: &str = "ironbus_broker_sessions_accepted_total";
+/// Sessions held by a receiver now.
+pub const SESSIONS_LOCKED: &str = "ironbus_broker_sessions_locked";
+/// Session locks lost: expired without renewal, or dropped when a partition rebuilt its state.
+pub const SESSION_LOCK_LOSSES_TOTAL: &str = "ironbus_broker_session_lock_losses_total";
 /// Partitions currently unavailable (their store cannot serve them).
 pub const PARTITIONS_UNAVAILABLE: &str = "ironbus_broker_partitions_unavailable";
 /// Message bodies read back from the store (not in the body cache when delivered or peeked).
@@ -162,6 +168,24 @@ pub const CATALOGUE: &[MetricDef] = &[
         kind: MetricKind::Counter,
         help: "Messages a subscription moved to its dead-letter queue by reason",
         labels: &["entity", "reason"],
+    },
+    MetricDef {
+        name: SESSIONS_ACCEPTED_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Sessions locked by a receiver",
+        labels: &[],
+    },
+    MetricDef {
+        name: SESSIONS_LOCKED,
+        kind: MetricKind::Gauge,
+        help: "Sessions held by a receiver now",
+        labels: &[],
+    },
+    MetricDef {
+        name: SESSION_LOCK_LOSSES_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Session locks lost (expired, or dropped by a partition rebuild)",
+        labels: &[],
     },
     MetricDef {
         name: PARTITIONS_UNAVAILABLE,

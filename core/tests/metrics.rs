@@ -193,3 +193,54 @@ fn subscriptions_report_their_own_traffic_filtered_out_and_dead_letters() {
     assert_eq!(counter(&snapshot, m::SUBSCRIPTION_DEAD_LETTERED_TOTAL, &broken), 3);
     assert_eq!(counter(&snapshot, m::MESSAGES_FILTERED_OUT_TOTAL, &[]), 3);
 }
+
+#[test]
+fn sessions_report_locks_taken_held_and_lost() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let lock = Duration::from_secs(30);
+    ::metrics::with_local_recorder(&recorder, || {
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            let clock = Arc::new(ManualClock::default());
+            let broker = Broker::open(
+                Arc::new(MemoryStore::new()),
+                clock.clone(),
+                NamespaceLimits::default(),
+            )
+            .await
+            .unwrap();
+            let description = QueueDescription {
+                requires_session: true,
+                lock_duration: lock,
+                ..Default::default()
+            };
+            broker.create_queue("q", description).await.unwrap();
+            let mut message = Message::new("x");
+            message.properties.session_id = Some("s".into());
+            broker.send("q", vec![message]).await.unwrap();
+            // Taken and released (dropped), then taken and lost (expired).
+            let first = broker.accept_session("q", "s", ReceiveMode::PeekLock).await.unwrap();
+            drop(first);
+            let second = broker.accept_session("q", "s", ReceiveMode::PeekLock).await.unwrap();
+            second.add_credit(1);
+            second.recv().await.unwrap();
+            clock.advance(lock + Duration::from_millis(1));
+            let ended = tokio::time::timeout(Duration::from_secs(10), second.recv()).await;
+            assert!(ended.expect("the lost session closes its receiver").is_none());
+        });
+    });
+    let snapshot = snapshotter.snapshot().into_vec();
+    assert_eq!(counter(&snapshot, m::SESSIONS_ACCEPTED_TOTAL, &[]), 2);
+    assert_eq!(counter(&snapshot, m::SESSION_LOCK_LOSSES_TOTAL, &[]), 1);
+    let held: f64 = snapshot
+        .iter()
+        .filter(|(key, _, _, _)| key.key().name() == m::SESSIONS_LOCKED)
+        .map(|(_, _, _, value)| match value {
+            DebugValue::Gauge(g) => g.into_inner(),
+            _ => 0.0,
+        })
+        .sum();
+    assert_eq!(held, 0.0, "no session is held at the end");
+}

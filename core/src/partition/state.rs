@@ -120,6 +120,11 @@ impl PartitionState {
         self.release_cache();
         self.index = Index::new(self.description.requires_session);
         // Session locks are memory only, like message locks: their holders lose them.
+        let lost = self.session_receivers.len();
+        if lost > 0 {
+            metrics::gauge!(m::SESSIONS_LOCKED).decrement(lost as f64);
+            metrics::counter!(m::SESSION_LOCK_LOSSES_TOTAL).increment(lost as u64);
+        }
         for (_, receiver) in self.session_receivers.drain(..) {
             receiver.lose();
         }
@@ -275,6 +280,9 @@ impl PartitionState {
             for r in list.drain(..) {
                 r.close();
             }
+        }
+        if !self.session_receivers.is_empty() {
+            metrics::gauge!(m::SESSIONS_LOCKED).decrement(self.session_receivers.len() as f64);
         }
         for (_, r) in self.session_receivers.drain(..) {
             r.close();
@@ -745,6 +753,8 @@ impl PartitionState {
         };
         sessions.lock(&session, receiver.id, until);
         self.session_receivers.push((session.clone(), receiver));
+        metrics::counter!(m::SESSIONS_ACCEPTED_TOTAL).increment(1);
+        metrics::gauge!(m::SESSIONS_LOCKED).increment(1.0);
         Ok(Some(SessionGrant { session, locked_until: until }))
     }
 
@@ -755,6 +765,7 @@ impl PartitionState {
         if self.index.sessions.is_none() {
             return;
         }
+        let held = self.session_receivers.len();
         self.session_receivers.retain(|(_, r)| {
             if r.id != holder {
                 return true;
@@ -764,6 +775,13 @@ impl PartitionState {
             }
             false
         });
+        let ended = held - self.session_receivers.len();
+        if ended > 0 {
+            metrics::gauge!(m::SESSIONS_LOCKED).decrement(ended as f64);
+            if expired {
+                metrics::counter!(m::SESSION_LOCK_LOSSES_TOTAL).increment(ended as u64);
+            }
+        }
         let Some((_, locked)) =
             self.index.sessions.as_deref_mut().and_then(|s| s.unlock_holder(holder))
         else {
