@@ -80,6 +80,25 @@ pub(crate) struct Options {
     #[arg(long, value_enum, default_value_t = Client::Wire)]
     pub client: Client,
 
+    /// Message sessions: producers send with SessionId (`properties.group-id`) `session-{i}`,
+    /// i = 0..N, round-robin over the sessions they own (session i belongs to producer
+    /// i mod producers, so each session's messages come in order from one link); consumers are
+    /// accept-next session receivers holding one session at a time: accept the next available
+    /// session, drain it, accept its messages, detach, accept the next. 0: no sessions.
+    /// Needs `--client wire` and a queue with RequiresSession
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub sessions: u32,
+
+    /// Sessions: how long one accept-next waits for a session (`com.microsoft:timeout`) before
+    /// the broker refuses it and the consumer asks again
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    pub session_wait_ms: u32,
+
+    /// Send every message (all acknowledged) before consumers attach; the receive rate is then
+    /// timed from the consumers' start and end-to-end latency includes the time in the queue
+    #[arg(long)]
+    pub preload: bool,
+
     /// SASL PLAIN credentials (for ironbus: `RootManageSharedAccessKey:<key>`)
     #[arg(long, value_name = "USER:PASS", conflicts_with = "cbs_key")]
     pub sasl_plain: Option<String>,
@@ -108,6 +127,19 @@ impl Options {
             0 => &self.address,
             nodes => &self.receive_from[index as usize % nodes],
         }
+    }
+
+    /// Sessions: the session id of producer `producer`'s `k`-th message (of `producers`), or
+    /// `None` without sessions. Producer p owns sessions p, p + producers, ... and sends to them
+    /// in turn.
+    pub(crate) fn session_of(&self, producer: u32, k: u64) -> Option<String> {
+        let sessions = u64::from(self.sessions);
+        let (producers, p) = (u64::from(self.producers), u64::from(producer));
+        if sessions == 0 || p >= sessions {
+            return None;
+        }
+        let owned = (sessions - p).div_ceil(producers);
+        Some(format!("session-{}", p + producers * (k % owned)))
     }
 
     /// Messages received when the run is complete: each one once per node received from.
@@ -243,6 +275,36 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(options.consumer_count(), 1);
+    }
+
+    #[test]
+    fn sessions_are_spread_over_producers_each_owning_its_own() {
+        let args = ["ironbus-bench", "--producers", "2", "--sessions", "5"];
+        let options = Options::try_parse_from(args).unwrap();
+        let of = |p, k| options.session_of(p, k).unwrap();
+        // producer 0 owns 0, 2, 4; producer 1 owns 1, 3
+        let firsts: Vec<String> = (0..4).map(|k| of(0, k)).collect();
+        assert_eq!(firsts, ["session-0", "session-2", "session-4", "session-0"]);
+        let seconds: Vec<String> = (0..3).map(|k| of(1, k)).collect();
+        assert_eq!(seconds, ["session-1", "session-3", "session-1"]);
+        let plain = Options::try_parse_from(["ironbus-bench"]).unwrap();
+        assert_eq!(plain.session_of(0, 3), None);
+        assert!(!plain.preload);
+        assert_eq!(plain.session_wait_ms, 5000);
+    }
+
+    #[test]
+    fn every_session_gets_the_same_share_when_it_divides() {
+        let args = ["ironbus-bench", "--producers", "2", "--sessions", "10", "--messages", "1000"];
+        let options = Options::try_parse_from(args).unwrap();
+        let mut counts = std::collections::BTreeMap::new();
+        for p in 0..2 {
+            for k in 0..500 {
+                *counts.entry(options.session_of(p, k).unwrap()).or_insert(0) += 1;
+            }
+        }
+        assert_eq!(counts.len(), 10);
+        assert!(counts.values().all(|&n| n == 100), "{counts:?}");
     }
 
     #[test]

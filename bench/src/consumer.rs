@@ -36,6 +36,11 @@ pub(crate) struct ConsumerReport {
     pub stale: u64,
     /// When it received the run's last message, if it did.
     pub completed_at: Option<Instant>,
+    /// Sessions: each accept-next's latency (attach sent to the broker's attach naming a
+    /// session), in microseconds.
+    pub accept_latencies_us: Vec<u64>,
+    /// Sessions: accept-next attaches the broker refused for want of a session (its timeout).
+    pub accept_timeouts: u64,
 }
 
 impl ConsumerReport {

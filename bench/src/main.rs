@@ -162,6 +162,12 @@ async fn execute(options: Options) -> Result<Report> {
         id: payload::new_run_id(),
         counters: Counters::default(),
     });
+    if run.options.sessions > 0 && run.options.client != Client::Wire {
+        return Err(anyhow!("--sessions needs --client wire"));
+    }
+    if run.options.preload {
+        return preload_then_receive(run, deadline).await;
+    }
     let (consumers, producers) = timeout_at(deadline, attach_all(&run))
         .await
         .map_err(|_| anyhow!("timed out after {} s while connecting", run.options.timeout))??;
@@ -206,11 +212,84 @@ async fn execute(options: Options) -> Result<Report> {
             tasks.abort_all();
         }
     }
-    Ok(summarise(&run, start, stopped, finishes, error))
+    Ok(summarise(&run, start, start, stopped, finishes, error))
+}
+
+/// `--preload`: producers send everything (every send acknowledged), then consumers attach and
+/// receive; the receive rate is timed from the consumers' start, the send rate from the
+/// producers'.
+async fn preload_then_receive(run: Arc<Run>, deadline: clock::Instant) -> Result<Report> {
+    let connecting = |_| anyhow!("timed out after {} s while connecting", run.options.timeout);
+    let producers = timeout_at(deadline, attach_producers(&run)).await.map_err(connecting)??;
+    eprintln!(
+        "ironbus-bench: run {:016x}: preloading {} messages with {} producers to {} at {}",
+        run.id,
+        run.options.messages,
+        producers.len(),
+        run.options.address,
+        run.endpoint.shown_url(),
+    );
+    let (phase, _) = watch::channel(Phase::Running);
+    let send_start = Instant::now();
+    let mut tasks = JoinSet::new();
+    for producer in producers {
+        let (run, phase) = (Arc::clone(&run), phase.subscribe());
+        tasks.spawn(async move { producer.run(run, phase).await.map(Finished::Producer) });
+    }
+    let mut finishes = Finishes::default();
+    let mut error = match timeout_at(deadline, collect(&mut tasks, &mut finishes)).await {
+        Ok(Ok(())) => None,
+        Ok(Err(err)) => Some(format!("{err:#}")),
+        Err(_) => Some(format!("timed out after {} s while preloading", run.options.timeout)),
+    };
+    let mut start = Instant::now();
+    if error.is_none() {
+        match timeout_at(deadline, attach_consumers(&run)).await {
+            Ok(Ok(consumers)) => {
+                eprintln!(
+                    "ironbus-bench: run {:016x}: preloaded in {:.3} s; {} consumers receiving",
+                    run.id,
+                    send_start.elapsed().as_secs_f64(),
+                    consumers.len(),
+                );
+                start = Instant::now();
+                for consumer in consumers {
+                    let (run, phase) = (Arc::clone(&run), phase.clone());
+                    tasks.spawn(
+                        async move { consumer.run(run, phase).await.map(Finished::Consumer) },
+                    );
+                }
+                error = match timeout_at(deadline, collect(&mut tasks, &mut finishes)).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(err)) => Some(format!("{err:#}")),
+                    Err(_) => Some(format!("timed out after {} s", run.options.timeout)),
+                };
+            }
+            Ok(Err(err)) => error = Some(format!("{err:#}")),
+            Err(_) => {
+                error = Some(format!("timed out after {} s while connecting", run.options.timeout))
+            }
+        }
+    }
+    let stopped = Instant::now();
+    if error.is_some() {
+        phase.send_replace(Phase::Aborted);
+        if timeout(STOP_GRACE, collect_rest(&mut tasks, &mut finishes)).await.is_err() {
+            eprintln!("ironbus-bench: links did not stop within {STOP_GRACE:?}; abandoning them");
+            tasks.abort_all();
+        }
+    }
+    Ok(summarise(&run, send_start, start, stopped, finishes, error))
 }
 
 /// Attaches consumers first (so they are there when producers start), then producers.
 async fn attach_all(run: &Run) -> Result<(Vec<AnyConsumer>, Vec<AnyProducer>)> {
+    let consumers = attach_consumers(run).await?;
+    let producers = attach_producers(run).await?;
+    Ok((consumers, producers))
+}
+
+async fn attach_consumers(run: &Run) -> Result<Vec<AnyConsumer>> {
     let mut consumers = Vec::new();
     for index in 0..run.options.consumer_count() {
         consumers.push(match run.options.client {
@@ -218,6 +297,10 @@ async fn attach_all(run: &Run) -> Result<(Vec<AnyConsumer>, Vec<AnyProducer>)> {
             Client::Fe2o3 => AnyConsumer::Fe2o3(Box::new(Consumer::attach(run, index).await?)),
         });
     }
+    Ok(consumers)
+}
+
+async fn attach_producers(run: &Run) -> Result<Vec<AnyProducer>> {
     let mut producers = Vec::new();
     for index in 0..run.options.producers {
         let count = share(run, index);
@@ -228,7 +311,7 @@ async fn attach_all(run: &Run) -> Result<(Vec<AnyConsumer>, Vec<AnyProducer>)> {
             }
         });
     }
-    Ok((consumers, producers))
+    Ok(producers)
 }
 
 /// Producer `index`'s part of the messages: an even split, the first ones taking the remainder.
@@ -261,8 +344,11 @@ async fn collect_rest(tasks: &mut JoinSet<Result<Finished>>, finishes: &mut Fini
     }
 }
 
+/// `send_start`: when producers started; `start`: when consumers did (the same unless
+/// preloading).
 fn summarise(
     run: &Run,
+    send_start: Instant,
     start: Instant,
     stopped: Instant,
     finishes: Finishes,
@@ -285,7 +371,11 @@ fn summarise(
         true => finishes.producers.iter().filter_map(|p| p.finished_at).max(),
         false => None,
     };
-    let send_seconds = (sent_until.unwrap_or(stopped) - start).as_secs_f64();
+    let send_seconds = (sent_until.unwrap_or(stopped) - send_start).as_secs_f64();
+    let mut accepts: Vec<u64> =
+        finishes.consumers.iter().flat_map(|c| c.accept_latencies_us.iter().copied()).collect();
+    accepts.sort_unstable();
+    let sessions = options.sessions > 0;
 
     Report {
         url: run.endpoint.shown_url().to_owned(),
@@ -309,6 +399,14 @@ fn summarise(
         send_msgs_per_sec: report::rate(sent, send_seconds),
         p50_ms: report::percentile_ms(&latencies, 50.0),
         p99_ms: report::percentile_ms(&latencies, 99.0),
+        preload: options.preload,
+        sessions: sessions.then_some(options.sessions),
+        sessions_accepted: sessions.then_some(accepts.len() as u64),
+        accept_timeouts: sessions
+            .then(|| finishes.consumers.iter().map(|c| c.accept_timeouts).sum()),
+        accept_p50_ms: report::percentile_ms(&accepts, 50.0),
+        accept_p99_ms: report::percentile_ms(&accepts, 99.0),
+        accept_max_ms: accepts.last().map(|&us| report::round3(us as f64 / 1000.0)),
         error,
     }
 }

@@ -43,6 +43,28 @@ pub(crate) struct Report {
     /// End-to-end latency (send timestamp to receipt) percentiles, in milliseconds.
     pub p50_ms: Option<f64>,
     pub p99_ms: Option<f64>,
+    /// `--preload`: every message was sent before consumers attached (`seconds` and
+    /// `msgs_per_sec` time the receiving only).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub preload: bool,
+    /// Sessions (`--sessions`): how many the messages were spread over.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<u32>,
+    /// Sessions: accept-next attaches answered with a session (a session drained in pieces
+    /// counts each time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions_accepted: Option<u64>,
+    /// Sessions: accept-next attaches refused because no session became available in time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accept_timeouts: Option<u64>,
+    /// Sessions: accept-next latency (attach sent to the attach naming a session) percentiles
+    /// and maximum, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accept_p50_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accept_p99_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub accept_max_ms: Option<f64>,
     /// Why the run did not complete, if it did not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -119,6 +141,13 @@ mod tests {
             send_msgs_per_sec: 10.0,
             p50_ms: Some(1.0),
             p99_ms: None,
+            preload: false,
+            sessions: None,
+            sessions_accepted: None,
+            accept_timeouts: None,
+            accept_p50_ms: None,
+            accept_p99_ms: None,
+            accept_max_ms: None,
             error: None,
         };
         let line = serde_json::to_string(&report).unwrap();

@@ -49,6 +49,10 @@ tasks:
     bench filter-cost   publish rate to a topic with 100 subscriptions of distinct SQL filters
                         (one matching) against one with a single subscription; env ROUNDS,
                         MESSAGES, SUBSCRIPTIONS
+    bench sessions      1,000 sessions x 100 durable messages on a 16-partition session queue,
+                        drained by 4 accept-next session receivers, against the same load on a
+                        plain 16-partition queue (4 plain consumers), alternating rounds, with
+                        accept-next p50/p99; env ROUNDS, SESSIONS, PER_SESSION, CONSUMERS, OUT
     compat [SUITE] [-- ARGS]
                         run the SDK compatibility suites (python, js, rust; default all) against a
                         fresh ironbus; ARGS go to the suite's runner; `compat config` prints

@@ -30,6 +30,8 @@ const FRAME_HEADER_LEN: usize = 8;
 #[derive(Debug)]
 pub(crate) struct Producer {
     wire: Wire,
+    /// Which producer of the run this is (picks its sessions).
+    index: u32,
     count: u64,
     /// Our link's delivery count: transfers sent.
     delivery_count: u32,
@@ -52,7 +54,7 @@ impl Producer {
         wire.attach(link)
             .await
             .with_context(|| format!("{name}: attaching a sender to {}", run.options.address))?;
-        Ok(Producer { wire, count, delivery_count: 0, credit_limit: 0 })
+        Ok(Producer { wire, index, count, delivery_count: 0, credit_limit: 0 })
     }
 
     /// Sends this producer's share, keeping at most `window` sends unsettled, until all are
@@ -86,7 +88,8 @@ impl Producer {
                 && self.credit_limit != self.delivery_count
                 && self.wire.window_open()
             {
-                let message = encode(size, durable, run.id);
+                let session = run.options.session_of(self.index, sent);
+                let message = encode(size, durable, session.as_deref(), run.id);
                 let wire = &mut self.wire;
                 let frames = write_transfer(
                     &mut wire.out,
@@ -214,12 +217,23 @@ fn write_transfer(out: &mut BytesMut, max_frame: u32, id: u32, message: Bytes) -
     1
 }
 
-/// An encoded message: a durable header if asked for, then one data section with the stamped body.
-fn encode(size: usize, durable: bool, run_id: u64) -> Bytes {
+/// An encoded message: a durable header if asked for, properties with group-id (the SessionId)
+/// if a session is given, then one data section with the stamped body.
+fn encode(size: usize, durable: bool, session: Option<&str>, run_id: u64) -> Bytes {
     let body = payload::body(size, payload::now_nanos(), run_id);
-    let mut message = BytesMut::with_capacity(DURABLE_HEADER.len() + 8 + body.len());
+    let session_len = session.map_or(0, |s| s.len().min(255));
+    let mut message =
+        BytesMut::with_capacity(DURABLE_HEADER.len() + 8 + 18 + session_len + body.len());
     if durable {
         message.put_slice(&DURABLE_HEADER);
+    }
+    if let Some(session) = session {
+        // properties: a list8 of 11 fields, the first ten null, group-id a str8
+        let session = &session.as_bytes()[..session_len];
+        message.put_slice(&[0x00, 0x53, 0x73, 0xc0, (1 + 10 + 2 + session_len) as u8, 11]);
+        message.put_slice(&[0x40; 10]);
+        message.put_slice(&[0xa1, session_len as u8]);
+        message.put_slice(session);
     }
     message.put_slice(&[0x00, 0x53, 0x75]);
     match u8::try_from(body.len()) {
@@ -248,7 +262,7 @@ mod tests {
     #[test]
     fn an_encoded_message_decodes_as_a_durable_data_message() {
         for size in [16, 300] {
-            let bytes = encode(size, true, 9);
+            let bytes = encode(size, true, None, 9);
             let Deserializable(message): Deserializable<Message<Body<Value>>> =
                 serde_amqp::from_slice(&bytes).unwrap();
             assert!(message.header.unwrap().durable);
@@ -258,13 +272,27 @@ mod tests {
             assert_eq!(payload::read(&data.0).unwrap().run_id, 9);
             assert_eq!(super::super::first_data(&bytes).unwrap().len(), size);
         }
-        assert!(encode(16, false, 1).starts_with(&[0x00, 0x53, 0x75]));
+        assert!(encode(16, false, None, 1).starts_with(&[0x00, 0x53, 0x75]));
+    }
+
+    #[test]
+    fn a_session_message_carries_its_session_as_group_id() {
+        let bytes = encode(1024, true, Some("session-17"), 5);
+        let Deserializable(message): Deserializable<Message<Body<Value>>> =
+            serde_amqp::from_slice(&bytes).unwrap();
+        assert!(message.header.unwrap().durable);
+        let properties = message.properties.unwrap();
+        assert_eq!(properties.group_id.as_deref(), Some("session-17"));
+        assert_eq!(properties.message_id, None);
+        let Body::Data(batch) = message.body else { panic!("not data: {:?}", message.body) };
+        assert_eq!(batch.into_iter().next().unwrap().0.len(), 1024);
+        assert_eq!(payload::read(super::super::first_data(&bytes).unwrap()).unwrap().run_id, 5);
     }
 
     #[tokio::test]
     async fn a_transfer_decodes_as_the_transfer_it_stands_for_whole_or_split() {
         for (max_frame, size) in [(1 << 20, 1024), (512, 2000)] {
-            let message = encode(size, true, 3);
+            let message = encode(size, true, None, 3);
             let mut out = BytesMut::new();
             let frames = write_transfer(&mut out, max_frame, 0x0102_0304, message.clone());
             let mut reader = frame::FrameReader::new(&out[..]);
