@@ -120,9 +120,9 @@ import json, sys
 r = json.load(sys.stdin)
 accept = ""
 if r["kind"] == "sessions":
-    accept = "  accept-next p50 %6.2f p99 %6.2f max %7.2f ms (%s accepts, %s timeouts)" % (
+    accept = "  accept-next p50 %6.2f p99 %6.2f max %7.2f ms (%s accepts, %s timeouts, %s out of order, %s refused accepts)" % (
         r.get("accept_p50_ms") or 0, r.get("accept_p99_ms") or 0, r.get("accept_max_ms") or 0,
-        r.get("sessions_accepted"), r.get("accept_timeouts"))
+        r.get("sessions_accepted"), r.get("accept_timeouts"), r.get("out_of_order"), r.get("settles_refused"))
 print("round %d %-8s %8.0f recv/s  send %7.0f msg/s  e2e p50 %8.1f p99 %8.1f ms  broker %5.1f us/msg  load %s%s%s" % (
     r["round"], r["kind"], r.get("msgs_per_sec", 0), r.get("send_msgs_per_sec", 0),
     r.get("p50_ms") or 0, r.get("p99_ms") or 0, r["broker_cpu_us_per_msg"], r["load"], accept,

@@ -41,6 +41,11 @@ pub(crate) struct ConsumerReport {
     pub accept_latencies_us: Vec<u64>,
     /// Sessions: accept-next attaches the broker refused for want of a session (its timeout).
     pub accept_timeouts: u64,
+    /// Sessions: messages received before one sent earlier in the same session (in one
+    /// accepted session).
+    pub out_of_order: u64,
+    /// Sessions: accepts the broker answered with another outcome (lock lost, ...).
+    pub settles_refused: u64,
 }
 
 impl ConsumerReport {

@@ -404,6 +404,9 @@ fn summarise(
         sessions_accepted: sessions.then_some(accepts.len() as u64),
         accept_timeouts: sessions
             .then(|| finishes.consumers.iter().map(|c| c.accept_timeouts).sum()),
+        out_of_order: sessions.then(|| finishes.consumers.iter().map(|c| c.out_of_order).sum()),
+        settles_refused: sessions
+            .then(|| finishes.consumers.iter().map(|c| c.settles_refused).sum()),
         accept_p50_ms: report::percentile_ms(&accepts, 50.0),
         accept_p99_ms: report::percentile_ms(&accepts, 99.0),
         accept_max_ms: accepts.last().map(|&us| report::round3(us as f64 / 1000.0)),

@@ -57,6 +57,12 @@ pub(crate) struct Report {
     /// Sessions: accept-next attaches refused because no session became available in time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub accept_timeouts: Option<u64>,
+    /// Sessions: messages received before an earlier one of their session (in one accept).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_of_order: Option<u64>,
+    /// Sessions: accepts the broker answered with another outcome than accepted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settles_refused: Option<u64>,
     /// Sessions: accept-next latency (attach sent to the attach naming a session) percentiles
     /// and maximum, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -145,6 +151,8 @@ mod tests {
             sessions: None,
             sessions_accepted: None,
             accept_timeouts: None,
+            out_of_order: None,
+            settles_refused: None,
             accept_p50_ms: None,
             accept_p99_ms: None,
             accept_max_ms: None,

@@ -32,6 +32,13 @@ pub(crate) struct Consumer {
     /// Sessions: the node accept-next attaches ask for a session of (`None`: a plain
     /// receiver, attached already).
     session_source: Option<String>,
+    /// Sessions: accept unsettled and wait for the broker's outcomes before detaching (a
+    /// session's holder lets it go only once its messages are settled, as SDKs do).
+    confirm: bool,
+    /// Accepted deliveries whose outcome the broker has not sent yet.
+    unconfirmed: u64,
+    /// Accepts the broker answered with an outcome other than accepted.
+    refused: u64,
 }
 
 /// The source filter that asks for a session (null: the next available).
@@ -61,6 +68,9 @@ impl Consumer {
                 held: Vec::new(),
                 used: 0,
                 session_source: Some(address.to_owned()),
+                confirm: true,
+                unconfirmed: 0,
+                refused: 0,
             });
         }
         let snd_settle_mode = match run.options.mode {
@@ -85,6 +95,9 @@ impl Consumer {
             held: Vec::new(),
             used: 0,
             session_source: None,
+            confirm: false,
+            unconfirmed: 0,
+            refused: 0,
         };
         consumer.grant(run.options.credit);
         consumer.wire.flush().await.with_context(|| format!("{name}: granting credit"))?;
@@ -194,6 +207,7 @@ impl Consumer {
             self.partial = None;
             self.grant_drain(credit);
             self.wire.flush().await?;
+            let mut last_sent_at = 0u64;
             // Receive until a drain comes back with less than the credit used: the session is
             // empty (for now).
             loop {
@@ -221,12 +235,14 @@ impl Consumer {
                     }
                     if let Some(message) = self.on_frame(performative, payload, batch)? {
                         let received_at = payload::now_nanos();
-                        report.record(
-                            run,
-                            phase,
-                            first_data(&message).and_then(payload::read),
-                            received_at,
-                        );
+                        let stamp = first_data(&message).and_then(payload::read);
+                        // One producer sends a session's messages in order, stamping each
+                        // with its send time: a session's stamps never go back.
+                        if let Some(stamp) = stamp.filter(|s| s.run_id == run.id) {
+                            report.out_of_order += u64::from(stamp.sent_at < last_sent_at);
+                            last_sent_at = stamp.sent_at;
+                        }
+                        report.record(run, phase, stamp, received_at);
                     }
                     if self.wire.reader.has_frame() {
                         next = Some(self.wire.next_frame().await?);
@@ -242,7 +258,15 @@ impl Consumer {
                 }
                 self.wire.flush().await?;
             }
-            // Settled; let the session go and wait for the broker's detach.
+            // Accepted: wait for the outcomes, then let the session go.
+            self.wire.flush().await?;
+            while self.unconfirmed > 0 {
+                let (performative, payload) = self.wire.next_frame().await?;
+                if self.on_frame(performative, payload, batch)?.is_some() {
+                    bail!("a delivery after the drain had finished");
+                }
+            }
+            report.settles_refused = self.refused;
             self.write_detach();
             self.wire.flush().await?;
             loop {
@@ -386,6 +410,20 @@ impl Consumer {
                 self.wire.on_session_flow(next_incoming_id, incoming_window);
                 Ok(None)
             }
+            Performative::Disposition(Disposition {
+                role: Role::Sender,
+                first,
+                last,
+                state,
+                ..
+            }) if self.confirm => {
+                let count = u64::from(last.unwrap_or(first).wrapping_sub(first)) + 1;
+                self.unconfirmed = self.unconfirmed.saturating_sub(count);
+                if !matches!(state, Some(DeliveryState::Accepted(_))) {
+                    self.refused += count;
+                }
+                Ok(None)
+            }
             Performative::Detach(detach) => {
                 bail!("the broker detached the link: {}", super::describe(detach.error.as_ref()))
             }
@@ -404,11 +442,14 @@ impl Consumer {
                 last = self.held[at];
                 at += 1;
             }
+            if self.confirm {
+                self.unconfirmed += u64::from(last.wrapping_sub(first)) + 1;
+            }
             let disposition = Disposition {
                 role: Role::Receiver,
                 first,
                 last: (last != first).then_some(last),
-                settled: true,
+                settled: !self.confirm,
                 state: Some(DeliveryState::Accepted(Accepted {})),
                 batchable: false,
             };
