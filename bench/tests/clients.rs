@@ -13,7 +13,7 @@ use ironbus_store_memory::MemoryStore;
 use ironbus_transport_amqp::AmqpTransport;
 use serde_json::Value;
 
-/// A broker with a 4-partition queue `q` and a topic `t` with subscriptions `a`, `b`, `c`, served on a free port until the trigger is dropped.
+/// A broker with a 4-partition queue `q`, a 4-partition session queue `sq` and a topic `t` with subscriptions `a`, `b`, `c`, served on a free port until the trigger is dropped.
 async fn serve() -> (Broker, SocketAddr, ShutdownTrigger) {
     let broker = Broker::open(
         Arc::new(MemoryStore::new()),
@@ -25,6 +25,13 @@ async fn serve() -> (Broker, SocketAddr, ShutdownTrigger) {
     let description =
         QueueDescription { enable_partitioning: true, partition_count: 4, ..Default::default() };
     broker.create_queue("q", description).await.unwrap();
+    let sessions = QueueDescription {
+        requires_session: true,
+        enable_partitioning: true,
+        partition_count: 4,
+        ..Default::default()
+    };
+    broker.create_queue("sq", sessions).await.unwrap();
     let path = |p: &str| EntityPath::parse(p).unwrap();
     broker
         .create_entity(&path("t"), EntityDescription::Topic(TopicDescription::default()))
@@ -132,6 +139,47 @@ async fn fan_out_receives_every_copy_from_every_subscription() {
         assert_eq!(report["receive_from"].as_array().unwrap().len(), 3, "{report}");
         // The first run settled every copy: the second finds nothing left over.
         assert_eq!(report["stale"], 0, "{client}: {report}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accept_next_session_receivers_drain_every_session_in_order() {
+    let (broker, addr, _trigger) = serve().await;
+    for preload in [true, false] {
+        let mut args = vec![
+            "--address",
+            "sq",
+            "--sessions",
+            "10",
+            "--producers",
+            "2",
+            "--consumers",
+            "3",
+            "--messages",
+            "500",
+            "--session-wait-ms",
+            "200",
+        ];
+        if preload {
+            args.push("--preload");
+        }
+        let output = bench(addr, &args).await;
+        let report = report(&output);
+        assert!(output.status.success(), "preload {preload}: {report}");
+        for field in ["received", "sent", "messages"] {
+            assert_eq!(report[field], 500, "preload {preload}: {field} in {report}");
+        }
+        assert_eq!(report["sessions"], 10, "{report}");
+        assert_eq!(report["out_of_order"], 0, "{report}");
+        assert_eq!(report["settles_refused"], 0, "{report}");
+        // Preloaded, each session is drained in one go; otherwise it may take several.
+        let accepted = report["sessions_accepted"].as_u64().unwrap();
+        assert!(if preload { accepted == 10 } else { accepted >= 10 }, "{report}");
+        let (p50, p99) = (report["accept_p50_ms"].as_f64(), report["accept_p99_ms"].as_f64());
+        assert!(p99.unwrap() >= p50.unwrap(), "{report}");
+        assert_eq!(report["preload"].as_bool().unwrap_or(false), preload, "{report}");
+        let runtime = broker.get_queue_runtime("sq").await.unwrap();
+        assert_eq!(runtime.total_message_count, 0, "preload {preload}: {runtime:?}");
     }
 }
 
