@@ -2,6 +2,8 @@
 //! Protocol knowledge (AMQP, HTTP) lives in transport crates; the server runs several side by
 //! side on one broker.
 
+pub mod limits;
+
 use std::error::Error;
 use std::fmt;
 

@@ -15,7 +15,7 @@ pub mod connection;
 pub mod error;
 pub mod frame;
 pub mod guard;
-pub mod limits;
+pub use ironbus_core::transport::limits;
 pub mod management;
 pub mod request;
 

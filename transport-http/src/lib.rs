@@ -22,7 +22,7 @@
 pub mod atom;
 pub mod dataplane;
 pub mod error;
-pub mod limits;
+pub use ironbus_core::transport::limits;
 pub mod metrics;
 pub mod routes;
 pub mod service;

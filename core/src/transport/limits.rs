@@ -3,8 +3,8 @@
 //! taken and given back under one lock, so it is exact however many connections come and go at
 //! once.
 //!
-//! (`ironbus-transport-amqp` has its own copy of this small module: transports depend on no
-//! workspace crate but the core.)
+//! Protocol-neutral, so every transport uses this one module (each re-exports it as its own
+//! `limits`); how a refusal is answered is the transport's.
 
 use std::collections::HashMap;
 use std::fmt;
