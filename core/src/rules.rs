@@ -20,7 +20,6 @@ use crate::filter::{
     SqlRuleAction,
 };
 use crate::message::{Message, PropertyValue};
-use crate::types::{SequenceNumber, Timestamp};
 
 /// One compiled rule.
 #[derive(Debug)]
@@ -54,15 +53,6 @@ impl Route {
     }
 }
 
-/// Facts about a message known only as it is published, which filters may read.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Published {
-    pub(crate) enqueued_time: Timestamp,
-    pub(crate) sequence_number: SequenceNumber,
-    /// The message's size ([`Message::size`]), computed once for every subscription.
-    pub(crate) size: u64,
-}
-
 impl RuleSet {
     /// Compiles rules given by name (any order). An invalid expression is an error naming it.
     pub(crate) fn compile(rules: &[(String, RuleDescription)]) -> Result<Arc<RuleSet>> {
@@ -76,13 +66,7 @@ impl RuleSet {
 
     /// The copies of `message` this subscription takes. Evaluation borrows from the message
     /// and allocates nothing per rule; a matching action rule copies the message to change it.
-    pub(crate) fn route(&self, message: &Message, published: Published) -> Route {
-        let publish = PublishInfo {
-            enqueued_time: published.enqueued_time,
-            sequence_number: published.sequence_number,
-            size: published.size,
-            ..PublishInfo::default()
-        };
+    pub(crate) fn route(&self, message: &Message, publish: PublishInfo<'_>) -> Route {
         let context = EvalContext::with_publish(message, publish);
         let mut route = Route::default();
         for rule in &self.rules {
@@ -167,6 +151,7 @@ fn parameters_of(parameters: &[(String, PropertyValue)]) -> Parameters {
 mod tests {
     use super::*;
     use crate::description::{CorrelationFilterDescription, RuleAction};
+    use crate::types::{SequenceNumber, Timestamp};
 
     fn sql(expression: &str) -> RuleFilter {
         RuleFilter::Sql { expression: expression.into(), parameters: vec![] }
@@ -182,10 +167,11 @@ mod tests {
     fn route(rules: &[(&str, RuleDescription)], message: &Message) -> Route {
         let rules: Vec<(String, RuleDescription)> =
             rules.iter().map(|(n, r)| ((*n).to_owned(), r.clone())).collect();
-        let published = Published {
+        let published = PublishInfo {
             enqueued_time: Timestamp::from_millis(0),
             sequence_number: SequenceNumber(1),
             size: message.size() as u64,
+            ..PublishInfo::default()
         };
         RuleSet::compile(&rules).unwrap().route(message, published)
     }

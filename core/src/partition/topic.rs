@@ -24,10 +24,11 @@ use super::journal::read_bodies;
 use super::state::PartitionState;
 use super::{Lane, LaneConfig, LaneId, PartitionContext, PartitionShared, SendOutcome};
 use crate::error::{BrokerError, Result};
+use crate::filter::PublishInfo;
 use crate::keys::EntityId;
 use crate::message::{Message, MessageState};
 use crate::metrics as m;
-use crate::rules::{Published, Route};
+use crate::rules::Route;
 use crate::store::{Store, StoreError};
 use crate::types::{PartitionId, SequenceNumber, SubQueue, Timestamp};
 
@@ -131,8 +132,12 @@ impl TopicPart {
                 continue;
             }
             let size = message.size() as u64;
-            let published =
-                Published { enqueued_time: now, sequence_number: SequenceNumber(0), size };
+            let published = PublishInfo {
+                enqueued_time: now,
+                sequence_number: SequenceNumber(0),
+                size,
+                ..PublishInfo::default()
+            };
             let route = self.route(message, published);
             if self.filtering && route.is_empty() {
                 return Err(BrokerError::NoMatchingSubscription { entity: self.name.clone() });
@@ -164,7 +169,7 @@ impl TopicPart {
 
     /// The routes of the subscriptions that take something of a message, by lane index, in
     /// lane order (the others are not kept: with many subscriptions, most take nothing).
-    fn route(&self, message: &Message, published: Published) -> Vec<(usize, Route)> {
+    fn route(&self, message: &Message, published: PublishInfo<'_>) -> Vec<(usize, Route)> {
         let mut routes = Vec::new();
         for (i, lane) in self.lanes.iter().enumerate() {
             if lane.config.takes_messages {
@@ -273,8 +278,12 @@ impl TopicPart {
                 continue;
             };
             let size = message.size() as u64;
-            let published =
-                Published { enqueued_time: entry.enqueued_time, sequence_number: seq, size };
+            let published = PublishInfo {
+                enqueued_time: entry.enqueued_time,
+                sequence_number: seq,
+                size,
+                ..PublishInfo::default()
+            };
             let routes = self.route(&message, published);
             // The scheduled entry's use of the body ends; the copies' begin.
             topic.fx.released.push(seq);
