@@ -8,7 +8,10 @@
 //!
 //! * header: `ttl` → `time_to_live`; `durable` and `priority` go into the raw envelope; the
 //!   client's `first-acquirer` and `delivery-count` are discarded (the broker writes its own).
-//! * delivery-annotations: dropped (they are per hop).
+//! * delivery-annotations: kept in the raw envelope and handed to every receiver, as Service Bus
+//!   does, except the broker's own `x-opt-lock-token` (a received message sent again carries its
+//!   old lock's token; each delivery writes its own). The section may come anywhere in the
+//!   message, once: the python SDK writes it last, after the body and footer.
 //! * message-annotations: `x-opt-partition-key` → `partition_key`, `x-opt-scheduled-enqueue-time`
 //!   → `scheduled_enqueue_time` (both are re-added from the core fields on delivery); the
 //!   broker-owned keys (amqp.md §4.1) are dropped; every other annotation is kept in the raw
@@ -18,7 +21,9 @@
 //! * application-properties: string (or symbol) keys; every value type [`PropertyValue`] can
 //!   represent is decoded into `application_properties`. Values it cannot represent (symbol,
 //!   decimal, list, map, array, described) are *omitted from the core map* but stay in the raw
-//!   bare message untouched, and survive a re-encode of the section (see below).
+//!   bare message, and survive a re-encode of the section (see below). Decimals are the one
+//!   change: the section is rewritten with each decimal as Service Bus writes it back
+//!   (`decimal.rs`), and a decimal no .NET decimal can hold refuses the send.
 //! * body: one data section → `body` is its bytes (zero-copy, a slice of `raw`); several data
 //!   sections → their concatenation; amqp-value / amqp-sequence → `body` is empty (the raw bare
 //!   message carries them unchanged).
@@ -32,10 +37,12 @@
 //!
 //! ```text
 //! offset 0  version    u8  = 0x01
-//! offset 1  flags      u8  bit 0: header.durable; bit 1: a client-annotations map follows
+//! offset 1  flags      u8  bit 0: header.durable; bit 1: a client message-annotations map
+//!                          follows; bit 2: a client delivery-annotations map follows
 //! offset 2  priority   u8  header.priority (4 when the client sent no header)
 //! [flags bit 1]        the kept client message-annotations as one encoded AMQP map (map8 or
 //!                      map32 constructor, symbol or ulong keys, values byte for byte as received)
+//! [flags bit 2]        the kept client delivery-annotations, encoded the same way
 //! rest                 the bare message: every section from properties through footer, byte for
 //!                      byte as received, except that a section whose descriptor was not
 //!                      small-ulong (`0x80` ulong or symbolic) is rewritten as `00 53 <code>` +
@@ -45,8 +52,12 @@
 //! # Encoding (broker → client)
 //!
 //! [`encode_delivery`] builds a transfer payload (also used inside management responses): a
-//! hand-encoded header with all five fields, delivery-annotations `x-opt-lock-token` when
-//! locked, message-annotations (client + broker-owned, symbol keys), then the bare message from
+//! hand-encoded header with all five fields, delivery-annotations (always, as Service Bus sends
+//! them: `x-opt-lock-token` when locked, then the sender's; an empty map otherwise),
+//! message-annotations (client + broker-owned, symbol keys, with Service Bus's shape:
+//! `x-opt-locked-until` only when locked, `x-opt-message-state` only for a deferred or scheduled
+//! message, `x-opt-enqueue-sequence-number` only when it differs from the sequence number, i.e.
+//! on a forwarded message), then the bare message from
 //! `raw` (with the application-properties section re-encoded from the core map when
 //! `application_properties_modified`), or encoded from the core fields when there is no raw.
 //! Every descriptor is small-ulong (`00 53 code`).
@@ -55,8 +66,9 @@
 //!
 //! `read.rs` the byte-level reader; `sections.rs` splitting a message into sections and the
 //! decoders of each; `decode.rs` transfer payloads to core messages; `encode.rs` deliveries
-//! and the value writers.
+//! and the value writers; `decimal.rs` decimal application properties in Service Bus's layout.
 
+mod decimal;
 mod decode;
 mod encode;
 mod read;
@@ -86,6 +98,7 @@ const FOOTER: u8 = 0x78;
 const RAW_VERSION: u8 = 1;
 const RAW_DURABLE: u8 = 0x01;
 const RAW_ANNOTATIONS: u8 = 0x02;
+const RAW_DELIVERY_ANNOTATIONS: u8 = 0x04;
 
 /// How deep described-type nesting may go before the input is treated as garbage.
 const MAX_DEPTH: u32 = 32;

@@ -7,10 +7,11 @@ use bytes::{BufMut, Bytes, BytesMut};
 use ironbus_core::{ApplicationProperties, Message, MessageProperties};
 use uuid::Uuid;
 
+use super::decimal;
 use super::encode::{put_map, put_properties_with_id, put_section_normalized};
 use super::sections::{
-    binary_content, decode_app_properties, decode_header, decode_message_annotations,
-    decode_properties, split_sections,
+    binary_content, decode_app_properties, decode_delivery_annotations, decode_header,
+    decode_message_annotations, decode_properties, split_sections,
 };
 use super::*;
 
@@ -24,6 +25,7 @@ pub fn decode_message(payload: Bytes) -> Result<Message> {
     let mut durable = false;
     let mut priority = 4u8;
     let mut kept_annotations: Option<(usize, Vec<u8>)> = None;
+    let mut kept_delivery_annotations: Option<(usize, Vec<u8>)> = None;
     let mut application_properties = ApplicationProperties::new();
 
     for s in &sections {
@@ -34,6 +36,9 @@ pub fn decode_message(payload: Bytes) -> Result<Message> {
                 durable = h.durable;
                 priority = h.priority;
                 properties.time_to_live = h.ttl;
+            }
+            DELIVERY_ANNOTATIONS => {
+                kept_delivery_annotations = decode_delivery_annotations(value)?;
             }
             MESSAGE_ANNOTATIONS => {
                 kept_annotations = decode_message_annotations(value, &mut properties)?;
@@ -57,7 +62,10 @@ pub fn decode_message(payload: Bytes) -> Result<Message> {
 
     // The raw envelope.
     let bare_len: usize = sections.iter().filter(|s| s.code >= PROPERTIES).map(|s| s.len()).sum();
-    let annotations_len = kept_annotations.as_ref().map_or(0, |(_, body)| body.len() + 9);
+    let annotations_len = [&kept_annotations, &kept_delivery_annotations]
+        .iter()
+        .map(|kept| kept.as_ref().map_or(0, |(_, body)| body.len() + 9))
+        .sum::<usize>();
     let mut raw = BytesMut::with_capacity(3 + annotations_len + bare_len + 8);
     raw.put_u8(RAW_VERSION);
     let mut flags = 0;
@@ -67,9 +75,12 @@ pub fn decode_message(payload: Bytes) -> Result<Message> {
     if kept_annotations.is_some() {
         flags |= RAW_ANNOTATIONS;
     }
+    if kept_delivery_annotations.is_some() {
+        flags |= RAW_DELIVERY_ANNOTATIONS;
+    }
     raw.put_u8(flags);
     raw.put_u8(priority);
-    if let Some((count, body)) = &kept_annotations {
+    for (count, body) in [&kept_annotations, &kept_delivery_annotations].into_iter().flatten() {
         put_map(&mut raw, *count, body);
     }
     let mut data: Vec<Range<usize>> = Vec::new();
@@ -82,6 +93,9 @@ pub fn decode_message(payload: Bytes) -> Result<Message> {
         let value_at = raw.len() + 3;
         match (&assigned_id, s.code) {
             (Some(id), PROPERTIES) => put_properties_with_id(&mut raw, &buf[s.value..s.end], id)?,
+            (_, APPLICATION_PROPERTIES) if decimal::has_decimal(&buf[s.value..s.end])? => {
+                decimal::put_app_properties_service_decimals(&mut raw, &buf[s.value..s.end])?
+            }
             _ => put_section_normalized(&mut raw, buf, s),
         }
         if s.code == DATA {

@@ -2,7 +2,9 @@
 //! descriptor is small-ulong, and the writers of the encoded values it is made of.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use ironbus_core::{ApplicationProperties, Message, PropertyValue, ReceivedMessage, Timestamp};
+use ironbus_core::{
+    ApplicationProperties, Message, MessageState, PropertyValue, ReceivedMessage, Timestamp,
+};
 
 use super::sections::{app_property_entries, is_body, RawMessage, Section};
 use super::*;
@@ -23,14 +25,22 @@ pub fn encode_delivery(received: &ReceivedMessage, options: DeliveryOptions) -> 
     let (durable, priority) = raw.as_ref().map_or((false, 4), |r| (r.durable, r.priority));
     put_header(&mut out, durable, priority, header_ttl(received), broker.delivery_count);
 
-    // Delivery annotations: the lock token in network order (rs reads it, amqp.md §4.3).
+    // Delivery annotations, always (Service Bus sends an empty map when it has none): the lock
+    // token in network order (rs reads it, amqp.md §4.3), then the sender's.
+    let sender = raw.as_ref().and_then(|r| r.delivery_annotations);
+    let mut entries = Vec::with_capacity(40 + sender.map_or(0, |(_, body)| body.len()));
+    let mut count = 0;
     if let Some(lock) = &received.lock {
-        let mut entries = Vec::with_capacity(40);
         put_symbol(&mut entries, LOCK_TOKEN.as_bytes());
         entries.put_u8(0x98);
         entries.put_slice(lock.token.0.as_bytes());
-        put_described_map(&mut out, DELIVERY_ANNOTATIONS, 2, &entries);
+        count += 2;
     }
+    if let Some((items, body)) = sender {
+        entries.put_slice(body);
+        count += items;
+    }
+    put_described_map(&mut out, DELIVERY_ANNOTATIONS, count, &entries);
 
     // Message annotations: the client's, then the broker's.
     let (mut count, mut entries) = match raw.as_ref().and_then(|r| r.annotations) {
@@ -47,8 +57,15 @@ pub fn encode_delivery(received: &ReceivedMessage, options: DeliveryOptions) -> 
     if let Some(lock) = &received.lock {
         annotate(LOCKED_UNTIL, &|o| put_timestamp(o, lock.locked_until.as_millis()));
     }
-    annotate(MESSAGE_STATE, &|o| put_int(o, broker.state.code()));
-    annotate(ENQUEUE_SEQUENCE_NUMBER, &|o| put_long(o, broker.enqueued_sequence_number.0));
+    // Service Bus leaves the state out for an active message, and the original sequence number
+    // out unless the message was forwarded (the SDKs' recorded expectations count annotations).
+    if broker.state != MessageState::Active {
+        annotate(MESSAGE_STATE, &|o| put_int(o, broker.state.code()));
+    }
+    let original = broker.enqueued_sequence_number;
+    if original.0 != 0 && original != broker.sequence_number {
+        annotate(ENQUEUE_SEQUENCE_NUMBER, &|o| put_long(o, original.0));
+    }
     if let Some(key) = &message.properties.partition_key {
         annotate(PARTITION_KEY, &|o| put_string(o, key.as_bytes()));
     }

@@ -107,7 +107,14 @@ pub(crate) fn split_sections(buf: &[u8]) -> Result<Vec<Section>> {
                 section_name(code)
             )));
         }
-        if let Some(prev) = sections.last() {
+        // Delivery annotations may come anywhere, once: the python SDK writes them last, after
+        // the body and footer, and Service Bus accepts that. Every other section keeps the
+        // specification's order.
+        if code == DELIVERY_ANNOTATIONS {
+            if sections.iter().any(|s| s.code == DELIVERY_ANNOTATIONS) {
+                return Err(CodecError::new("a second delivery-annotations section"));
+            }
+        } else if let Some(prev) = sections.iter().rev().find(|s| s.code != DELIVERY_ANNOTATIONS) {
             let rank = |c: u8| if is_body(c) { DATA } else { c };
             let in_order = if is_body(code) {
                 rank(prev.code) < DATA || (prev.code == code && code != AMQP_VALUE)
@@ -218,6 +225,40 @@ pub(super) fn decode_message_annotations(
                 count += 2;
             }
             _ => return Err(CodecError::new("message-annotation key is not a symbol or ulong")),
+        }
+    }
+    Ok((count > 0).then_some((count, kept)))
+}
+
+/// The sender's delivery annotations a stored message keeps, as `(item count, encoded
+/// entries)`, or `None` when nothing is kept. Service Bus hands them to receivers; the broker's
+/// own `x-opt-lock-token` is dropped (a received message sent again carries the token of its
+/// old lock, and each delivery writes its own).
+pub(super) fn decode_delivery_annotations(value: &[u8]) -> Result<Option<(usize, Vec<u8>)>> {
+    let Val::Map(map) = Reader::new(value).value()? else {
+        return Err(CodecError::new("delivery-annotations is not a map"));
+    };
+    let mut r = map.reader();
+    let mut kept = Vec::new();
+    let mut count = 0;
+    for _ in 0..map.count / 2 {
+        let (key, key_bytes) = r.value_with_bytes()?;
+        let (_, value_bytes) = r.value_with_bytes()?;
+        match key {
+            Val::Symbol(name) | Val::String(name) => {
+                let name = utf8(name, "a delivery-annotation key")?;
+                if name != LOCK_TOKEN {
+                    put_symbol(&mut kept, name.as_bytes());
+                    kept.put_slice(value_bytes);
+                    count += 2;
+                }
+            }
+            Val::ULong(_) => {
+                kept.put_slice(key_bytes);
+                kept.put_slice(value_bytes);
+                count += 2;
+            }
+            _ => return Err(CodecError::new("delivery-annotation key is not a symbol or ulong")),
         }
     }
     Ok((count > 0).then_some((count, kept)))
@@ -339,8 +380,10 @@ pub(super) fn property_value(v: Val<'_>, key: &str) -> Result<Option<PropertyVal
 pub(super) struct RawMessage<'a> {
     pub(super) durable: bool,
     pub(super) priority: u8,
-    /// `(item count, encoded entries)` of the kept client annotations.
+    /// `(item count, encoded entries)` of the kept client message annotations.
     pub(super) annotations: Option<(usize, &'a [u8])>,
+    /// `(item count, encoded entries)` of the kept client delivery annotations.
+    pub(super) delivery_annotations: Option<(usize, &'a [u8])>,
     pub(super) bare: &'a [u8],
     pub(super) sections: Vec<Section>,
 }
@@ -355,20 +398,31 @@ impl<'a> RawMessage<'a> {
         }
         let flags = r.u8().ok()?;
         let priority = r.u8().ok()?;
-        let annotations = if flags & RAW_ANNOTATIONS != 0 {
-            match r.value().ok()? {
-                Val::Map(m) => Some((m.count, m.items)),
-                _ => return None,
+        let mut map = |flag: u8| -> Option<Option<(usize, &'a [u8])>> {
+            if flags & flag == 0 {
+                return Some(None);
             }
-        } else {
-            None
+            match r.value().ok()? {
+                Val::Map(m) => Some(Some((m.count, m.items))),
+                _ => None,
+            }
         };
+        let annotations = map(RAW_ANNOTATIONS)?;
+        let delivery_annotations = map(RAW_DELIVERY_ANNOTATIONS)?;
         let bare = &raw[r.pos..];
         let sections = split_sections(bare).ok()?;
-        Some(Self { durable: flags & RAW_DURABLE != 0, priority, annotations, bare, sections })
+        Some(Self {
+            durable: flags & RAW_DURABLE != 0,
+            priority,
+            annotations,
+            delivery_annotations,
+            bare,
+            sections,
+        })
     }
 
     pub(super) fn annotations_len(&self) -> usize {
         self.annotations.map_or(0, |(_, a)| a.len())
+            + self.delivery_annotations.map_or(0, |(_, a)| a.len())
     }
 }

@@ -174,11 +174,13 @@ fn decodes_every_field() {
     assert!(!a.contains_key("sym"), "symbol values are kept in raw only");
     assert_eq!(a.len(), 13);
 
-    // The raw envelope: version, durable flag + annotations flag, priority 7.
+    // The raw envelope: version, durable flag + both annotations flags, priority 7.
     let raw = m.raw.as_ref().unwrap();
-    assert_eq!(&raw[..3], &[RAW_VERSION, RAW_DURABLE | RAW_ANNOTATIONS, 7]);
+    let flags = RAW_DURABLE | RAW_ANNOTATIONS | RAW_DELIVERY_ANNOTATIONS;
+    assert_eq!(&raw[..3], &[RAW_VERSION, flags, 7]);
     let parsed = RawMessage::parse(raw).unwrap();
     assert_eq!(parsed.annotations.unwrap().0, 4, "x-opt-via-partition-key and ulong 42");
+    assert_eq!(parsed.delivery_annotations.unwrap().0, 2, "x-client-da");
     let codes: Vec<u8> = parsed.sections.iter().map(|s| s.code).collect();
     assert_eq!(codes, [PROPERTIES, APPLICATION_PROPERTIES, DATA]);
 }
@@ -275,15 +277,20 @@ fn delivery_round_trip_through_fe2o3() {
         assert_eq!(h.delivery_count, 0);
 
         let da = fe.delivery_annotations.as_ref().unwrap();
-        assert_eq!(da.0.len(), 1);
+        assert_eq!(da.0.len(), 2);
         assert_eq!(
             da.0.get(&OwnedKey::Symbol(Symbol::from("x-opt-lock-token"))),
             Some(&Value::Uuid(fe_uuid()))
         );
+        assert_eq!(
+            da.0.get(&OwnedKey::Symbol(Symbol::from("x-client-da"))),
+            Some(&Value::Int(1)),
+            "the sender's delivery annotations are kept"
+        );
 
         let ma = fe.message_annotations.as_ref().unwrap();
         assert_eq!(annotation(ma, "x-opt-sequence-number"), Some(&Value::Long(17)));
-        assert_eq!(annotation(ma, "x-opt-enqueue-sequence-number"), Some(&Value::Long(17)));
+        assert_eq!(annotation(ma, "x-opt-enqueue-sequence-number"), None, "not forwarded");
         assert_eq!(
             annotation(ma, "x-opt-enqueued-time"),
             Some(&Value::Timestamp(FeTimestamp::from_milliseconds(1_700_000_000_500)))
@@ -304,7 +311,7 @@ fn delivery_round_trip_through_fe2o3() {
         );
         assert_eq!(annotation(ma, "x-opt-via-partition-key"), Some(&Value::String("via".into())));
         assert_eq!(ma.0.get(&OwnedKey::Ulong(42)), Some(&Value::Bool(true)));
-        assert_eq!(ma.0.len(), 10, "no duplicate keys: {ma:?}");
+        assert_eq!(ma.0.len(), 9, "no duplicate keys: {ma:?}");
 
         // The bare message is the client's, types included.
         assert_eq!(fe.properties, client.properties);
@@ -323,7 +330,9 @@ fn unlocked_delivery_has_no_lock_annotations() {
     let m = decode_message(encode_fe(&full_client_message(data_body(&[b"x"])))).unwrap();
     let out = encode_delivery(&received(m, false), DeliveryOptions::default());
     let fe = decode_fe(&out);
-    assert!(fe.delivery_annotations.is_none());
+    let da = fe.delivery_annotations.unwrap().0;
+    assert_eq!(da.len(), 1, "only the sender's: {da:?}");
+    assert!(da.get(&OwnedKey::Symbol(Symbol::from("x-opt-lock-token"))).is_none());
     let ma = fe.message_annotations.unwrap();
     assert!(annotation(&ma, "x-opt-locked-until").is_none());
     assert_eq!(annotation(&ma, "x-opt-sequence-number"), Some(&Value::Long(17)));
@@ -398,7 +407,14 @@ fn modified_app_properties_inserted_when_absent() {
         let out = encode_delivery(&received(m, false), DeliveryOptions::default());
         let codes: Vec<u8> = section_descriptors(&out).into_iter().map(|(_, c)| c).collect();
         // A message without properties gets a properties section for its assigned id.
-        let expected = vec![HEADER, MESSAGE_ANNOTATIONS, PROPERTIES, APPLICATION_PROPERTIES, DATA];
+        let expected = vec![
+            HEADER,
+            DELIVERY_ANNOTATIONS,
+            MESSAGE_ANNOTATIONS,
+            PROPERTIES,
+            APPLICATION_PROPERTIES,
+            DATA,
+        ];
         assert_eq!(codes, expected);
         let fe = decode_fe(&out);
         assert_eq!(fe.application_properties.unwrap().0.get("k"), Some(&SimpleValue::Long(1)));
@@ -497,7 +513,9 @@ fn omit_body() {
     let m = decode_message(encode_fe(&full_client_message(data_body(&[b"x"])))).unwrap();
     let out = encode_delivery(&received(m, false), DeliveryOptions { omit_body: true });
     let codes: Vec<u8> = section_descriptors(&out).into_iter().map(|(_, c)| c).collect();
-    assert_eq!(codes, [HEADER, MESSAGE_ANNOTATIONS, PROPERTIES, APPLICATION_PROPERTIES]);
+    let expected =
+        [HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS, PROPERTIES, APPLICATION_PROPERTIES];
+    assert_eq!(codes, expected);
     let out =
         encode_delivery(&received(Message::new("x"), false), DeliveryOptions { omit_body: true });
     assert!(!section_descriptors(&out).iter().any(|(_, c)| is_body(*c)));
@@ -585,13 +603,14 @@ fn lock_token_layout() {
 
 #[test]
 fn rejects_malformed_input() {
-    let cases: [(&[u8], &str); 8] = [
+    let cases: [(&[u8], &str); 9] = [
         (b"\x01", "expected a message section"),
         (b"\x00\x53\x75\xa0\x05ab", "truncated"),
         (b"\x00\x53\x69\x40", "unknown message section"),
         (b"\x00\x53\x75\x40", "wrong value type"),
         (b"\x00\x53\x77\x40\x00\x53\x73\x45", "properties section after amqp-value"),
         (b"\x00\x53\x77\x40\x00\x53\x77\x40", "amqp-value section after amqp-value"),
+        (b"\x00\x53\x71\xc1\x01\x00\x00\x53\x71\xc1\x01\x00", "a second delivery-annotations"),
         (b"\x00\x53\x73\xc0\x02\x01\xa1", "truncated"),
         (b"\x00\x53\x73\xc0\x05\x03\x40\x40\x54\x05", "properties.to is not a string"),
     ];
@@ -702,4 +721,215 @@ fn a_message_without_id_gets_one_and_keeps_its_other_properties() {
         .build();
     let m = decode_message(encode_fe(&fe)).unwrap();
     assert_eq!(m.properties.message_id.as_deref(), Some("7"));
+}
+
+/// `00 53 71` + a map of symbol keys to the encoded values given.
+fn delivery_annotations_section(entries: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut items = Vec::new();
+    for (key, value) in entries {
+        items.push(0xa3);
+        items.push(key.len() as u8);
+        items.extend_from_slice(key.as_bytes());
+        items.extend_from_slice(value);
+    }
+    let mut out = vec![0x00, 0x53, DELIVERY_ANNOTATIONS, 0xc1, (items.len() + 1) as u8];
+    out.push((entries.len() * 2) as u8);
+    out.extend_from_slice(&items);
+    out
+}
+
+/// What the python SDK sends for an `AmqpAnnotatedMessage` with delivery annotations, or for a
+/// received message sent again: the delivery-annotations section last, after body and footer.
+fn python_style(da: &[(&str, &[u8])]) -> Bytes {
+    let mut client = full_client_message(data_body(&[b"py"]));
+    client.delivery_annotations = None;
+    client.footer = Some(fe2o3_amqp_types::messaging::Footer(
+        fe2o3_amqp_types::messaging::Annotations::from_iter([(
+            OwnedKey::Symbol(Symbol::from("footer")),
+            Value::Int(6),
+        )]),
+    ));
+    let mut bytes = encode_fe(&client).to_vec();
+    bytes.extend_from_slice(&delivery_annotations_section(da));
+    Bytes::from(bytes)
+}
+
+#[test]
+fn delivery_annotations_after_body_and_footer_are_accepted_and_handed_to_receivers() {
+    let m = decode_message(python_style(&[("delivery_annotations", &[0x54, 3])])).unwrap();
+    assert_eq!(&m.body[..], b"py");
+    let raw = RawMessage::parse(m.raw.as_ref().unwrap()).unwrap();
+    assert_eq!(raw.delivery_annotations.unwrap().0, 2);
+    let codes: Vec<u8> = raw.sections.iter().map(|s| s.code).collect();
+    assert_eq!(codes, [PROPERTIES, APPLICATION_PROPERTIES, DATA, FOOTER], "the bare message");
+
+    for locked in [true, false] {
+        let out = encode_delivery(&received(m.clone(), locked), DeliveryOptions::default());
+        let codes: Vec<u8> = section_descriptors(&out).into_iter().map(|(_, c)| c).collect();
+        assert_eq!(codes[..3], [HEADER, DELIVERY_ANNOTATIONS, MESSAGE_ANNOTATIONS]);
+        let fe = decode_fe(&out);
+        let da = fe.delivery_annotations.unwrap().0;
+        let key = |k: &str| OwnedKey::Symbol(Symbol::from(k));
+        assert_eq!(da.get(&key("delivery_annotations")), Some(&Value::Int(3)));
+        assert_eq!(da.get(&key("x-opt-lock-token")).is_some(), locked);
+        assert_eq!(da.len(), 1 + usize::from(locked));
+        let footer = fe.footer.unwrap().0;
+        assert_eq!(footer.get(&key("footer")), Some(&Value::Int(6)));
+    }
+}
+
+#[test]
+fn a_resent_messages_old_lock_token_is_dropped() {
+    // A received message sent again carries the lock token of its old delivery.
+    let old = Uuid::from_u128(0xdead_beef);
+    let mut token = vec![0x98];
+    token.extend_from_slice(old.as_bytes());
+    let m = decode_message(python_style(&[("x-opt-lock-token", &token), ("k", &[0x41])])).unwrap();
+    let raw = RawMessage::parse(m.raw.as_ref().unwrap()).unwrap();
+    assert_eq!(raw.delivery_annotations.unwrap().0, 2, "only `k` is kept");
+
+    let out = encode_delivery(&received(m.clone(), true), DeliveryOptions::default());
+    let da = decode_fe(&out).delivery_annotations.unwrap().0;
+    assert_eq!(da.len(), 2);
+    assert_eq!(
+        da.get(&OwnedKey::Symbol(Symbol::from("x-opt-lock-token"))),
+        Some(&Value::Uuid(fe_uuid())),
+        "the new lock's token, once"
+    );
+    let unlocked = decode_fe(&encode_delivery(&received(m, false), DeliveryOptions::default()));
+    let da = unlocked.delivery_annotations.unwrap().0;
+    assert!(da.get(&OwnedKey::Symbol(Symbol::from("x-opt-lock-token"))).is_none());
+
+    // Only the token: nothing is kept, and the envelope has no delivery-annotations map.
+    let m = decode_message(python_style(&[("x-opt-lock-token", &token)])).unwrap();
+    assert_eq!(m.raw.as_ref().unwrap()[1] & RAW_DELIVERY_ANNOTATIONS, 0);
+}
+
+/// Service Bus's shape (the python SDK's recorded expectations in test_message.py): a
+/// receive-and-delete delivery has an empty delivery-annotations map and three message
+/// annotations (enqueued time, sequence number, partition key); a peek-lock delivery adds the
+/// lock token and `x-opt-locked-until`, nothing else.
+#[test]
+fn an_active_messages_delivery_has_service_bus_shape() {
+    let msg = FeMessage {
+        header: Some(Header { ttl: Some(30_000), ..Header::default() }),
+        delivery_annotations: None,
+        message_annotations: Some(
+            MessageAnnotations::builder().insert("x-opt-partition-key", "id_session").build(),
+        ),
+        properties: Some(Properties {
+            message_id: Some(MessageId::String("id_message".into())),
+            group_id: Some("id_session".into()),
+            ..Properties::default()
+        }),
+        application_properties: Some(FeAppProps::builder().insert("prop", "test").build()),
+        body: data_body(&[b"hello"]),
+        footer: None,
+    };
+    let m = decode_message(encode_fe(&msg)).unwrap();
+    let mut r = received(m, false);
+    r.broker.state = MessageState::Active;
+    r.broker.dead_letter_source = None;
+    let fe = decode_fe(&encode_delivery(&r, DeliveryOptions::default()));
+    assert_eq!(fe.delivery_annotations.map(|da| da.0.len()), Some(0), "present and empty");
+    let ma = fe.message_annotations.unwrap();
+    let mut keys: Vec<String> = ma.0.keys().map(|k| format!("{k:?}")).collect();
+    keys.sort();
+    assert_eq!(ma.0.len(), 3, "{keys:?}");
+    assert!(annotation(&ma, "x-opt-enqueued-time").is_some());
+    assert!(annotation(&ma, "x-opt-sequence-number").is_some());
+    assert!(annotation(&ma, "x-opt-partition-key").is_some());
+
+    let mut locked = r.clone();
+    locked.lock = received(Message::new("x"), true).lock;
+    let fe = decode_fe(&encode_delivery(&locked, DeliveryOptions::default()));
+    assert_eq!(fe.delivery_annotations.unwrap().0.len(), 1);
+    let ma = fe.message_annotations.unwrap();
+    assert_eq!(ma.0.len(), 4);
+    assert!(annotation(&ma, "x-opt-locked-until").is_some());
+}
+
+#[test]
+fn state_and_original_sequence_number_are_annotated_when_they_say_something() {
+    let m = Message::new("x");
+    let mut r = received(m, false);
+    for (state, code) in [(MessageState::Deferred, 1), (MessageState::Scheduled, 2)] {
+        r.broker.state = state;
+        let ma = decode_fe(&encode_delivery(&r, DeliveryOptions::default()))
+            .message_annotations
+            .unwrap();
+        assert_eq!(annotation(&ma, "x-opt-message-state"), Some(&Value::Int(code)));
+    }
+    // A forwarded message keeps the sequence number it had where it was first enqueued.
+    r.broker.enqueued_sequence_number = SequenceNumber(5);
+    let ma =
+        decode_fe(&encode_delivery(&r, DeliveryOptions::default())).message_annotations.unwrap();
+    assert_eq!(annotation(&ma, "x-opt-enqueue-sequence-number"), Some(&Value::Long(5)));
+    assert_eq!(annotation(&ma, "x-opt-sequence-number"), Some(&Value::Long(17)));
+}
+
+/// An application-properties section holding one entry `key` → the encoded `value`.
+fn message_with_property(key: &str, value: &[u8]) -> Bytes {
+    let mut items = vec![0xa1, key.len() as u8];
+    items.extend_from_slice(key.as_bytes());
+    items.extend_from_slice(value);
+    let mut out = vec![0x00, 0x53, APPLICATION_PROPERTIES, 0xc1, (items.len() + 1) as u8, 2];
+    out.extend_from_slice(&items);
+    out.extend_from_slice(&[0x00, 0x53, DATA, 0xa0, 0x02, b'h', b'i']);
+    Bytes::from(out)
+}
+
+#[test]
+fn a_decimal_property_is_delivered_as_service_bus_writes_it() {
+    // Decimal("1.2345") as azure-servicebus 7.15.0 encodes it (IEEE 754 decimal128).
+    let mut sent = vec![0x94, 0x30, 0x38];
+    sent.extend_from_slice(&[0; 12]);
+    sent.extend_from_slice(&[0x30, 0x39]);
+    let m = decode_message(message_with_property("decimalprop", &sent)).unwrap();
+    assert!(!m.application_properties.contains_key("decimalprop"));
+    assert_eq!(&m.body[..], b"hi");
+    let out = encode_delivery(&received(m.clone(), false), DeliveryOptions::default());
+    // The layout the SDK's decoder reads back as Decimal("1.2345") (decimal.rs).
+    let mut expected = vec![0x94, 0x0c, 0x38, 0, 0];
+    expected.extend_from_slice(&[0; 10]);
+    expected.extend_from_slice(&[0x30, 0x39]);
+    let at = out.windows(expected.len()).position(|w| w == expected);
+    assert!(at.is_some(), "{out:02x?}");
+    assert!(!out.windows(3).any(|w| w == [0x94, 0x30, 0x38]), "the sender's bytes are gone");
+
+    // The other entries are untouched, and a changed section keeps the rewritten decimal.
+    let mut changed = m;
+    changed.application_properties.insert("DeadLetterReason".into(), PropertyValue::Null);
+    changed.application_properties_modified = true;
+    let out = encode_delivery(&received(changed, false), DeliveryOptions::default());
+    assert!(out.windows(expected.len()).any(|w| w == expected));
+    // Sent again as delivered (a client that passes the bytes through): Service Bus's .NET
+    // reader takes its own layout too, and so does ironbus; the bytes stay the same.
+    let again = decode_message(out).unwrap();
+    assert_eq!(again.application_properties.len(), 1);
+    let out = encode_delivery(&received(again, false), DeliveryOptions::default());
+    assert!(out.windows(expected.len()).any(|w| w == expected));
+}
+
+#[test]
+fn a_decimal_no_service_bus_message_can_hold_is_refused_at_send() {
+    // 1E-40: 40 decimal places, more than a .NET decimal's 28.
+    let bits: u128 = ((6176u128 - 40) << 113) | 1;
+    let mut sent = vec![0x94];
+    sent.extend_from_slice(&bits.to_be_bytes());
+    let err = decode_message(message_with_property("tiny", &sent)).unwrap_err();
+    assert!(err.message().contains("\"tiny\" is a decimal Service Bus cannot carry"), "{err}");
+    // A NaN decimal32.
+    let err = decode_message(message_with_property("nan", &[0x74, 0x7c, 0, 0, 0])).unwrap_err();
+    assert!(err.message().contains("not a finite value"), "{err}");
+    // A decimal64 in range is taken, and comes back as a decimal128.
+    let bits: u64 = (397 << 53) | 15; // 1.5
+    let mut sent = vec![0x84];
+    sent.extend_from_slice(&bits.to_be_bytes());
+    let m = decode_message(message_with_property("d64", &sent)).unwrap();
+    let out = encode_delivery(&received(m, false), DeliveryOptions::default());
+    let mut expected = vec![0x94, 0x0c, 0x3e, 0, 0];
+    expected.extend_from_slice(&[0; 11]);
+    expected.push(15);
+    assert!(out.windows(expected.len()).any(|w| w == expected), "{out:02x?}");
 }
