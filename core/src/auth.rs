@@ -16,6 +16,7 @@
 //!   plain HTTP, sign the public host name behind a proxy, and add or drop ports.
 
 mod percent;
+mod rules;
 
 use std::fmt;
 
@@ -26,6 +27,10 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use crate::types::Timestamp;
+
+pub use rules::{
+    validate_rules, AuthorizationRule, MAX_AUTHORIZATION_RULES, MAX_KEY_LEN, MAX_KEY_NAME_LEN,
+};
 
 /// The text every SAS token starts with.
 pub const SAS_TOKEN_PREFIX: &str = "SharedAccessSignature ";
@@ -191,6 +196,8 @@ pub enum PolicyError {
     EmptyKey { name: String },
     #[error("shared access policy {name} is defined more than once")]
     Duplicate { name: String },
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// What kind of authorization failure happened; transports branch on it.
@@ -435,29 +442,65 @@ impl Authorizer {
     /// - On success the claim's audience is the decoded `sr`, normalized ([`Audience`]), and
     ///   `expires_at` is `se` in milliseconds.
     pub fn verify_token(&self, token: &str, now: Timestamp) -> Result<Claim, AuthError> {
+        self.verify_token_with(token, now, None)
+    }
+
+    /// [`verify_token`](Authorizer::verify_token), with the authorization rules of the entity
+    /// the token is for as further keys.
+    ///
+    /// # Behavior
+    /// - A namespace policy named by `skn` whose key signed the token wins.
+    /// - Otherwise a rule of `entity` with that key name whose primary or secondary key signed
+    ///   it: the claim has the rule's rights, and only if the token's audience lies within the
+    ///   entity (the entity itself or below it); a token for the namespace or another entity
+    ///   signed with an entity's key is [`InsufficientRights`](AuthErrorKind::InsufficientRights).
+    /// - [`InvalidSignature`](AuthErrorKind::InvalidSignature) when a policy or rule of that
+    ///   name exists but no key of it signed the token;
+    ///   [`UnknownPolicy`](AuthErrorKind::UnknownPolicy) when none does.
+    pub fn verify_token_with(
+        &self,
+        token: &str,
+        now: Timestamp,
+        entity: Option<EntityRules<'_>>,
+    ) -> Result<Claim, AuthError> {
         let token = SasToken::parse(token)?;
-        let policy = self.policy(&token.policy)?;
-        let mut mac = hmac_for(&policy.key);
-        mac.update(token.raw_resource.as_bytes());
-        mac.update(b"\n");
-        mac.update(token.raw_expiry.as_bytes());
-        if mac.verify_slice(&token.signature).is_err() {
-            return Err(AuthError::new(
+        let mut named = false;
+        if let Some(policy) = self.policies.iter().find(|policy| policy.name == token.policy) {
+            named = true;
+            if token.signed_with(&policy.key) {
+                return token.into_claim(policy.rights, now);
+            }
+        }
+        if let Some(entity) = entity {
+            let rule = entity.rules.iter().find(|rule| rule.key_name == token.policy);
+            if let Some(rule) = rule {
+                named = true;
+                if rule.keys().any(|key| token.signed_with(key)) {
+                    let scope = Audience::from_uri(entity.entity);
+                    if !scope.covers(token.audience.as_str()) {
+                        return Err(AuthError::new(
+                            AuthErrorKind::InsufficientRights,
+                            format!(
+                                "token signed with the key of rule {} of {} is for {}, outside \
+                                 that entity",
+                                rule.key_name, entity.entity, token.audience
+                            ),
+                        ));
+                    }
+                    return token.into_claim(rule.rights, now);
+                }
+            }
+        }
+        Err(if named {
+            AuthError::new(
                 AuthErrorKind::InvalidSignature,
-                format!("token signature does not match the key of policy {}", policy.name),
-            ));
-        }
-        if now >= token.expires_at {
-            return Err(AuthError::new(
-                AuthErrorKind::Expired,
-                format!("token expired at se={}", token.raw_expiry),
-            ));
-        }
-        Ok(Claim {
-            audience: token.audience,
-            rights: policy.rights,
-            expires_at: token.expires_at,
-            policy: policy.name.clone(),
+                format!("token signature does not match the key of policy {}", token.policy),
+            )
+        } else {
+            AuthError::new(
+                AuthErrorKind::UnknownPolicy,
+                format!("no shared access policy named {}", token.policy),
+            )
         })
     }
 
@@ -483,6 +526,11 @@ impl Authorizer {
             expires_at: Timestamp::MAX,
             policy: policy.name.clone(),
         })
+    }
+
+    /// The namespace policies, in the order given.
+    pub fn policies(&self) -> &[SasPolicy] {
+        &self.policies
     }
 
     fn policy(&self, name: &str) -> Result<&SasPolicy, AuthError> {
@@ -597,6 +645,51 @@ impl<'a> SasToken<'a> {
             policy,
         })
     }
+}
+
+impl SasToken<'_> {
+    /// Whether `key` signed the token: HMAC-SHA256 over the raw `sr`, `\n` and the raw `se`,
+    /// compared in constant time.
+    fn signed_with(&self, key: &str) -> bool {
+        let mut mac = hmac_for(key);
+        mac.update(self.raw_resource.as_bytes());
+        mac.update(b"\n");
+        mac.update(self.raw_expiry.as_bytes());
+        mac.verify_slice(&self.signature).is_ok()
+    }
+
+    /// The claim of a genuine token with `rights`, unless it has expired.
+    fn into_claim(self, rights: Rights, now: Timestamp) -> Result<Claim, AuthError> {
+        if now >= self.expires_at {
+            return Err(AuthError::new(
+                AuthErrorKind::Expired,
+                format!("token expired at se={}", self.raw_expiry),
+            ));
+        }
+        Ok(Claim {
+            audience: self.audience,
+            rights,
+            expires_at: self.expires_at,
+            policy: self.policy,
+        })
+    }
+}
+
+/// The audience (`sr`) of a SAS token, parsed but not verified: where a transport looks for the
+/// entity whose authorization rules may have signed it.
+///
+/// # Behavior
+/// Fails like [`Authorizer::verify_token`] on a malformed token.
+pub fn token_audience(token: &str) -> Result<Audience, AuthError> {
+    Ok(SasToken::parse(token)?.audience)
+}
+
+/// An entity's authorization rules, offered to [`Authorizer::verify_token_with`].
+#[derive(Debug, Clone, Copy)]
+pub struct EntityRules<'a> {
+    /// The queue or topic the rules belong to (its path).
+    pub entity: &'a str,
+    pub rules: &'a [AuthorizationRule],
 }
 
 /// Decimal digits only (no sign, no spaces), fitting an `i64`.
@@ -1233,5 +1326,112 @@ mod tests {
         for key in [KEY, "send-key", "listen-key", "send-listen-key"] {
             assert!(!text.contains(key), "{text}");
         }
+    }
+
+    #[test]
+    fn entity_rules_sign_tokens_for_their_entity_only() {
+        use AuthErrorKind::*;
+        let auth = authorizer();
+        let now = before_expiry();
+        let rules = [
+            AuthorizationRule::new("q-send", "q-primary", "q-secondary", Rights::SEND),
+            AuthorizationRule::new("q-all", "q-manage", "", Rights::MANAGE),
+            // Same name as a namespace policy, other key: the rule's key still works.
+            AuthorizationRule::new("sender", "rule-key-of-sender", "", Rights::LISTEN),
+        ];
+        let q = EntityRules { entity: "q", rules: &rules };
+        let t_rules = [AuthorizationRule::new("t-listen", "t-key", "", Rights::LISTEN)];
+        let t = EntityRules { entity: "t", rules: &t_rules };
+        let cases = [
+            (
+                "primary key",
+                python_token("sb://h/q", "q-send", "q-primary", SE),
+                q,
+                Ok(Rights::SEND),
+            ),
+            (
+                "secondary key",
+                js_token("sb://h/q", "q-send", "q-secondary", SE),
+                q,
+                Ok(Rights::SEND),
+            ),
+            (
+                "dead-letter queue",
+                python_token("sb://h/q/$DeadLetterQueue", "q-all", "q-manage", SE),
+                q,
+                Ok(Rights::MANAGE),
+            ),
+            (
+                "management node",
+                python_token("amqps://h/q/$management", "q-send", "q-primary", SE),
+                q,
+                Ok(Rights::SEND),
+            ),
+            (
+                "subscription of the topic",
+                python_token("sb://h/t/Subscriptions/s", "t-listen", "t-key", SE),
+                t,
+                Ok(Rights::LISTEN),
+            ),
+            (
+                "namespace policy first",
+                python_token("sb://h/q", "sender", "send-key", SE),
+                q,
+                Ok(Rights::SEND),
+            ),
+            (
+                "rule sharing a policy's name",
+                python_token("sb://h/q", "sender", "rule-key-of-sender", SE),
+                q,
+                Ok(Rights::LISTEN),
+            ),
+            (
+                "namespace audience",
+                python_token("sb://h/", "q-send", "q-primary", SE),
+                q,
+                Err(InsufficientRights),
+            ),
+            (
+                "another entity",
+                python_token("sb://h/q2", "q-send", "q-primary", SE),
+                q,
+                Err(InsufficientRights),
+            ),
+            (
+                "rules of another entity",
+                python_token("sb://h/q", "t-listen", "t-key", SE),
+                q,
+                Err(UnknownPolicy),
+            ),
+            (
+                "wrong key",
+                python_token("sb://h/q", "q-send", "q-manage", SE),
+                q,
+                Err(InvalidSignature),
+            ),
+            (
+                "empty secondary is no key",
+                python_token("sb://h/q", "q-all", "", SE),
+                q,
+                Err(InvalidSignature),
+            ),
+            ("expired", python_token("sb://h/q", "q-send", "q-primary", SE - 1), q, Err(Expired)),
+        ];
+        for (name, token, entity, expected) in cases {
+            let result = auth.verify_token_with(&token, now, Some(entity));
+            match (result, expected) {
+                (Ok(claim), Ok(rights)) => assert_eq!(claim.rights, rights, "{name}"),
+                (Err(error), Err(kind)) => {
+                    assert_eq!(error.kind, kind, "{name}: {error}");
+                    assert!(!error.to_string().contains("q-primary"), "{name}: {error}");
+                }
+                (result, _) => panic!("{name}: got {result:?}, expected {expected:?}"),
+            }
+        }
+        // Without the entity's rules, its keys are unknown.
+        let token = python_token("sb://h/q", "q-send", "q-primary", SE);
+        assert_eq!(auth.verify_token(&token, now).unwrap_err().kind, UnknownPolicy);
+        assert_eq!(token_audience(&token).unwrap().as_str(), "q");
+        assert_eq!(token_audience("junk").unwrap_err().kind, Malformed);
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use uuid::Uuid;
 
+use crate::auth::{AuthorizationRule, Right};
 use crate::description::{
     CorrelationFilterDescription, EntityStatus, QueueDescription, RuleAction, RuleDescription,
     RuleFilter, SubscriptionDescription, TopicDescription,
@@ -35,6 +36,9 @@ const META_VERSION_3: u8 = 3;
 const PARTITION_VERSION: u8 = V1;
 const SESSION_VERSION: u8 = V1;
 const DEDUP_VERSION: u8 = V1;
+/// Entity records: version 1, or version 2 when a queue or topic has authorization rules (they
+/// follow the kind's fields); a record without rules is still written as version 1.
+const ENTITY_VERSION_2: u8 = 2;
 
 /// An entity as stored, under the key of its path ([`crate::keys::entity`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -105,9 +109,6 @@ impl MessageMeta {
 struct Writer(BytesMut);
 
 impl Writer {
-    fn new(capacity: usize) -> Self {
-        Self::versioned(V1, capacity)
-    }
     /// A record that starts with `version`.
     fn versioned(version: u8, capacity: usize) -> Self {
         let mut b = BytesMut::with_capacity(capacity + 1);
@@ -182,13 +183,6 @@ struct Reader<'a> {
 type DecodeResult<T> = Result<T, StoreError>;
 
 impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8], what: &'static str) -> DecodeResult<Self> {
-        let mut r = Reader { buf, what };
-        match r.u8()? {
-            V1 => Ok(r),
-            v => Err(StoreError::corrupted(format!("{what}: unknown record version {v}"))),
-        }
-    }
     /// A reader past the version byte, and that version, for a decoder that dispatches on it.
     fn versioned(buf: &'a [u8], what: &'static str) -> DecodeResult<(Self, u8)> {
         let mut r = Reader { buf, what };
@@ -264,7 +258,9 @@ impl<'a> Reader<'a> {
 }
 
 pub fn encode_entity(record: &EntityRecord) -> Bytes {
-    let mut w = Writer::new(128);
+    let rules = entity_rules(&record.description);
+    let version = if rules.is_empty() { V1 } else { ENTITY_VERSION_2 };
+    let mut w = Writer::versioned(version, 128);
     w.u64(record.id);
     w.str(&record.name);
     w.i64(record.created_at.as_millis());
@@ -364,11 +360,60 @@ pub fn encode_entity(record: &EntityRecord) -> Bytes {
             }
         }
     }
+    if version == ENTITY_VERSION_2 {
+        w.u32(rules.len() as u32);
+        for rule in rules {
+            w.str(&rule.key_name);
+            w.str(&rule.primary_key);
+            w.str(&rule.secondary_key);
+            let bits = [Right::Manage, Right::Send, Right::Listen]
+                .iter()
+                .enumerate()
+                .filter(|(_, &right)| rule.rights.allows(right))
+                .fold(0u8, |bits, (i, _)| bits | 1 << i);
+            w.u8(bits);
+        }
+    }
     w.finish()
 }
 
+/// The authorization rules a description holds (only queues and topics have them).
+fn entity_rules(description: &EntityDescription) -> &[AuthorizationRule] {
+    match description {
+        EntityDescription::Queue(d) => &d.authorization_rules,
+        EntityDescription::Topic(d) => &d.authorization_rules,
+        EntityDescription::Subscription(_) | EntityDescription::Rule(_) => &[],
+    }
+}
+
+/// Version 2's trailer: the rules of a queue or topic.
+fn decode_entity_rules(r: &mut Reader<'_>) -> DecodeResult<Vec<AuthorizationRule>> {
+    /// Three empty strings and the rights byte.
+    const SMALLEST_RULE: usize = 13;
+    let count = r.u32()? as usize;
+    if count > r.remaining() / SMALLEST_RULE {
+        return Err(r.corrupted(&format!("{count} authorization rules do not fit the record")));
+    }
+    let mut rules = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (key_name, primary_key, secondary_key) = (r.str()?, r.str()?, r.str()?);
+        let bits = r.u8()?;
+        let rights = [Right::Manage, Right::Send, Right::Listen]
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| bits & (1 << i) != 0)
+            .map(|(_, right)| right)
+            .collect();
+        rules.push(AuthorizationRule { key_name, primary_key, secondary_key, rights });
+    }
+    Ok(rules)
+}
+
 pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
-    let mut r = Reader::new(value, "entity record")?;
+    let (mut r, version) = Reader::versioned(value, "entity record")?;
+    if version != V1 && version != ENTITY_VERSION_2 {
+        return Err(r.unknown_version(version));
+    }
     let id = r.u64()?;
     let name = r.str()?;
     let created_at = Timestamp::from_millis(r.i64()?);
@@ -391,6 +436,7 @@ pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
             enable_batched_operations: r.bool()?,
             status: r.status()?,
             user_metadata: r.opt(Reader::str)?,
+            authorization_rules: Vec::new(),
         }),
         2 => EntityDescription::Topic(TopicDescription {
             default_message_time_to_live: r.duration()?,
@@ -408,6 +454,7 @@ pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
             max_message_size_in_kilobytes: r.u64()?,
             enable_subscription_partitioning: r.bool()?,
             enable_express: r.bool()?,
+            authorization_rules: Vec::new(),
         }),
         3 => EntityDescription::Subscription(SubscriptionDescription {
             lock_duration: r.duration()?,
@@ -450,6 +497,19 @@ pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
         }
         k => return Err(r.corrupted(&format!("unknown entity kind {k}"))),
     };
+    let mut description = description;
+    if version == ENTITY_VERSION_2 {
+        let rules = decode_entity_rules(&mut r)?;
+        match &mut description {
+            EntityDescription::Queue(d) => d.authorization_rules = rules,
+            EntityDescription::Topic(d) => d.authorization_rules = rules,
+            EntityDescription::Subscription(_) | EntityDescription::Rule(_) => {
+                if !rules.is_empty() {
+                    return Err(r.corrupted("authorization rules on a subscription or rule"));
+                }
+            }
+        }
+    }
     Ok(EntityRecord { id, name, description, created_at, updated_at })
 }
 
@@ -1017,6 +1077,67 @@ mod tests {
     }
 
     #[test]
+    fn entity_records_with_authorization_rules_are_version_2_and_without_stay_version_1() {
+        use crate::auth::{AuthorizationRule, Rights};
+        let plain = EntityRecord {
+            id: 7,
+            name: "q".into(),
+            description: EntityDescription::Queue(QueueDescription::default()),
+            created_at: Timestamp::from_millis(1),
+            updated_at: Timestamp::from_millis(2),
+        };
+        let v1 = encode_entity(&plain);
+        assert_eq!(v1[0], V1, "no rules: written as before");
+        assert_eq!(decode_entity(&v1).unwrap(), plain);
+
+        let rules = vec![
+            AuthorizationRule::new("send", "p1", "s1", Rights::SEND),
+            AuthorizationRule::new("all", "p2", "", Rights::MANAGE),
+            AuthorizationRule::new("listen", "p3", "s3", Rights::LISTEN.with(Right::Send)),
+        ];
+        let queue = EntityRecord {
+            description: EntityDescription::Queue(QueueDescription {
+                authorization_rules: rules.clone(),
+                ..Default::default()
+            }),
+            ..plain.clone()
+        };
+        let topic = EntityRecord {
+            description: EntityDescription::Topic(TopicDescription {
+                authorization_rules: rules,
+                ..Default::default()
+            }),
+            ..plain.clone()
+        };
+        for record in [queue, topic] {
+            let bytes = encode_entity(&record);
+            assert_eq!(bytes[0], ENTITY_VERSION_2);
+            assert_eq!(decode_entity(&bytes).unwrap(), record);
+            // The version-1 part is byte for byte the record without rules.
+            let mut without = record.clone();
+            match &mut without.description {
+                EntityDescription::Queue(d) => d.authorization_rules.clear(),
+                EntityDescription::Topic(d) => d.authorization_rules.clear(),
+                _ => unreachable!(),
+            }
+            assert_eq!(bytes[1..encode_entity(&without).len()], encode_entity(&without)[1..]);
+            // Every truncation is corruption, never a panic.
+            for len in 0..bytes.len() {
+                assert!(decode_entity(&bytes[..len]).is_err(), "truncated to {len}");
+            }
+        }
+        // A rule count larger than the record can hold is refused before allocating.
+        let mut huge = encode_entity(&plain).to_vec();
+        huge[0] = ENTITY_VERSION_2;
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        let error = decode_entity(&huge).unwrap_err();
+        assert!(error.to_string().contains("do not fit"), "{error}");
+        let mut unknown = encode_entity(&plain).to_vec();
+        unknown[0] = 3;
+        assert!(decode_entity(&unknown).is_err());
+    }
+
+    #[test]
     fn topic_subscription_and_rule_records_round_trip() {
         let descriptions = [
             EntityDescription::Topic(TopicDescription {
@@ -1129,6 +1250,7 @@ mod tests {
                 enable_batched_operations: false,
                 status: EntityStatus::SendDisabled,
                 user_metadata: Some("m".into()),
+                authorization_rules: Vec::new(),
             }),
             created_at: Timestamp::from_millis(1000),
             updated_at: Timestamp::from_millis(2000),

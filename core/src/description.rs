@@ -12,6 +12,7 @@ pub use topic::{
 
 use std::time::Duration;
 
+use crate::auth::{validate_rules, AuthorizationRule};
 use crate::error::{BrokerError, Result};
 
 /// Service Bus's "infinite" time span (`TimeSpan.MaxValue`), the default message TTL.
@@ -78,6 +79,8 @@ pub struct QueueDescription {
     pub enable_batched_operations: bool,
     pub status: EntityStatus,
     pub user_metadata: Option<String>,
+    /// Shared access keys scoped to this queue (ATOM `AuthorizationRules`).
+    pub authorization_rules: Vec<AuthorizationRule>,
 }
 
 impl Default for QueueDescription {
@@ -99,8 +102,14 @@ impl Default for QueueDescription {
             enable_batched_operations: true,
             status: EntityStatus::Active,
             user_metadata: None,
+            authorization_rules: Vec::new(),
         }
     }
+}
+
+/// A queue's or topic's authorization rules, checked as [`validate_rules`] does.
+pub(crate) fn validate_authorization_rules(rules: &[AuthorizationRule]) -> Result<()> {
+    validate_rules(rules).map_err(|e| BrokerError::invalid("AuthorizationRules", e.to_string()))
 }
 
 /// Partitions of a partitioned entity unless told otherwise.
@@ -190,7 +199,7 @@ impl QueueDescription {
                 ));
             }
         }
-        Ok(())
+        validate_authorization_rules(&self.authorization_rules)
     }
 
     /// Checks that `updated` may replace `self`: the properties fixed at creation are unchanged.

@@ -2,6 +2,7 @@
 //! Protocol knowledge (AMQP, HTTP) lives in transport crates; the server runs several side by
 //! side on one broker.
 
+pub mod authorization;
 pub mod limits;
 
 use std::error::Error;

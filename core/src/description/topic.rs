@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use super::{check_range, EntityStatus, QueueDescription, DEFAULT_PARTITION_COUNT, TIME_SPAN_MAX};
+use crate::auth::AuthorizationRule;
 use crate::error::{BrokerError, Result};
 use crate::message::PropertyValue;
 
@@ -53,6 +54,9 @@ pub struct TopicDescription {
     pub enable_subscription_partitioning: bool,
     /// Stored and echoed.
     pub enable_express: bool,
+    /// Shared access keys scoped to this topic and its subscriptions (ATOM
+    /// `AuthorizationRules`).
+    pub authorization_rules: Vec<AuthorizationRule>,
 }
 
 impl Default for TopicDescription {
@@ -73,6 +77,7 @@ impl Default for TopicDescription {
             max_message_size_in_kilobytes: 256,
             enable_subscription_partitioning: false,
             enable_express: false,
+            authorization_rules: Vec::new(),
         }
     }
 }
@@ -103,6 +108,7 @@ impl TopicDescription {
 
     pub fn validate(&self) -> Result<()> {
         self.effective().validate()?;
+        super::validate_authorization_rules(&self.authorization_rules)?;
         check_range(
             "AutoDeleteOnIdle",
             self.auto_delete_on_idle,
