@@ -30,6 +30,28 @@ pub const COUNT_NS: &str = "http://schemas.microsoft.com/netservices/2011/06/ser
 pub const IRONBUS_NS: &str = "urn:ironbus:servicebus:extensions";
 /// The api-version shown in ids and links.
 pub(crate) const API_VERSION: &str = "2021-05";
+/// The first api-version whose schema has `MaxMessageSizeInKilobytes` (large messages).
+pub(crate) const LARGE_MESSAGES_API_VERSION: &str = "2021-05";
+
+/// Refuses a description that uses an element its request's `api-version` does not know, as
+/// Service Bus does: `MaxMessageSizeInKilobytes` needs 2021-05 or later (with 2017-04 a queue
+/// asking for 1024 KB is a 400). A request without an api-version, or with one not of the
+/// `YYYY-MM[-suffix]` form, is not judged.
+pub fn check_api_version(api_version: Option<&str>, omitted: &Omitted) -> Result<(), HttpError> {
+    let (Some(version), Some(element)) = (api_version, omitted.since_2021_05) else {
+        return Ok(());
+    };
+    let date = version.get(..7).filter(|d| {
+        d.bytes().enumerate().all(|(i, b)| if i == 4 { b == b'-' } else { b.is_ascii_digit() })
+    });
+    match date {
+        Some(date) if date < LARGE_MESSAGES_API_VERSION => Err(HttpError::bad_request(format!(
+            "SubCode=40000. {element} is not supported by api-version {version}: it needs \
+             api-version {LARGE_MESSAGES_API_VERSION} or later"
+        ))),
+        _ => Ok(()),
+    }
+}
 
 pub const ENTRY_CONTENT_TYPE: &str = "application/atom+xml;type=entry;charset=utf-8";
 pub const FEED_CONTENT_TYPE: &str = "application/atom+xml;type=feed;charset=utf-8";
@@ -358,6 +380,19 @@ pub(crate) fn forward_target(value: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn api_versions_before_2021_05_refuse_max_message_size() {
+        let large =
+            Omitted { since_2021_05: Some("MaxMessageSizeInKilobytes"), ..Omitted::default() };
+        let refused = check_api_version(Some("2017-04"), &large).unwrap_err();
+        assert_eq!(refused.status.as_u16(), 400);
+        assert!(refused.detail.contains("api-version 2017-04"), "{}", refused.detail);
+        for fine in [Some("2021-05"), Some("2024-05"), Some("2021-05-preview"), None, Some("x")] {
+            assert!(check_api_version(fine, &large).is_ok(), "{fine:?}");
+        }
+        assert!(check_api_version(Some("2017-04"), &Omitted::default()).is_ok());
+    }
 
     #[test]
     fn the_description_element_decides_the_kind() {

@@ -85,6 +85,11 @@ fn xml(status: StatusCode, content_type: &'static str, body: String) -> Response
     response
 }
 
+/// The request's `api-version` query parameter, if any.
+fn api_version(parts: &Parts) -> Option<&str> {
+    parts.uri.query()?.split('&').find_map(|pair| pair.strip_prefix("api-version="))
+}
+
 fn empty(status: StatusCode) -> Response {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = status;
@@ -314,6 +319,7 @@ impl App {
                 *operation = Operation::PutEntity;
                 let body = self.read_body(body).await?;
                 let (described, omitted) = atom::parse_description(&body)?;
+                atom::check_api_version(api_version(parts), &omitted)?;
                 let (status, info) = if parts.headers.contains_key(header::IF_MATCH) {
                     let current = self.broker.get_entity(path).await.map_err(management)?;
                     let update = match (described, &current.description) {

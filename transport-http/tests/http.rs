@@ -945,3 +945,31 @@ async fn lock_uris_are_absolute_and_callable_however_the_path_was_spelled() {
         assert_eq!(s.call("DELETE", &lock_path, &[], b"").await.status, 200, "{location}");
     }
 }
+
+/// Service Bus judges a description by the request's api-version: MaxMessageSizeInKilobytes
+/// exists from 2021-05 on (azure-servicebus's test_mgmt_queue_basic_v2017_04).
+#[tokio::test]
+async fn max_message_size_needs_api_version_2021_05() {
+    let s = start().await;
+    let large = "<MaxMessageSizeInKilobytes>1024</MaxMessageSizeInKilobytes>";
+    let r = s.call("PUT", "/old?api-version=2017-04", &[], &queue_xml(large)).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("MaxMessageSizeInKilobytes"), "{}", r.text());
+    assert!(r.text().contains("2021-05"), "{}", r.text());
+    let r = s.call("GET", "/old?api-version=2017-04", &[], b"").await;
+    assert_eq!(r.status, 404, "nothing was created");
+
+    // The same version without the element, and newer versions with it, are fine.
+    let r = s.call("PUT", "/old?api-version=2017-04", &[], &queue_xml("")).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    for (path, version) in [("/new", "2021-05"), ("/newest", "2024-05")] {
+        let r =
+            s.call("PUT", &format!("{path}?api-version={version}"), &[], &queue_xml(large)).await;
+        assert_eq!(r.status, 201, "{}", r.text());
+    }
+    let topic = topic_xml(large);
+    let r = s.call("PUT", "/t-old?api-version=2017-04", &[], &topic).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = s.call("PUT", "/t-old?api-version=2017-04", &[("If-Match", "*".into())], &topic).await;
+    assert_eq!(r.status, 400, "updates are judged too: {}", r.text());
+}

@@ -141,13 +141,17 @@ pub fn feed(
     atom::feed(base, path, "Queues", skip, top, &entries, more, now)
 }
 
-/// The create-only fields a body left out, so an update can keep the current values.
+/// The create-only fields a body left out, so an update can keep the current values; and the
+/// newest schema element it gave, for the api-version check ([`atom::check_api_version`]).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Omitted {
     pub enable_partitioning: bool,
     pub partition_count: bool,
     pub requires_session: bool,
     pub requires_duplicate_detection: bool,
+    /// An element the body gave that only api-version 2021-05 and later know
+    /// (`MaxMessageSizeInKilobytes`).
+    pub since_2021_05: Option<&'static str>,
 }
 
 /// Parses a `<QueueDescription>` element. Omitted writable fields take Service Bus's defaults;
@@ -161,6 +165,7 @@ pub(crate) fn parse(
         partition_count: true,
         requires_session: true,
         requires_duplicate_detection: true,
+        since_2021_05: None,
     };
     for child in description.children().filter(|n| n.is_element()) {
         let name = child.tag_name().name();
@@ -221,7 +226,8 @@ pub(crate) fn parse(
                 omitted.partition_count = false;
             }
             "MaxMessageSizeInKilobytes" => {
-                d.max_message_size_in_kilobytes = number(value).map_err(field)?
+                d.max_message_size_in_kilobytes = number(value).map_err(field)?;
+                omitted.since_2021_05 = Some("MaxMessageSizeInKilobytes");
             }
             // Read-only, runtime and unsupported-but-harmless elements (AutoDeleteOnIdle,
             // EnableExpress, AuthorizationRules, CountDetails, CreatedAt, ...) are ignored.

@@ -131,6 +131,7 @@ pub(crate) fn parse(
         partition_count: true,
         requires_session: false,
         requires_duplicate_detection: true,
+        since_2021_05: None,
     };
     for child in description.children().filter(|n| n.is_element()) {
         let f = Field::of(child);
@@ -162,7 +163,10 @@ pub(crate) fn parse(
             }
             "EnableSubscriptionPartitioning" => d.enable_subscription_partitioning = f.boolean()?,
             "EnableExpress" => d.enable_express = f.boolean()?,
-            "MaxMessageSizeInKilobytes" => d.max_message_size_in_kilobytes = f.number()?,
+            "MaxMessageSizeInKilobytes" => {
+                d.max_message_size_in_kilobytes = f.number()?;
+                omitted.since_2021_05 = Some("MaxMessageSizeInKilobytes");
+            }
             // Read-only and runtime elements (SizeInBytes, CountDetails, SubscriptionCount,
             // CreatedAt, ...) and unknown ones are ignored.
             _ => {}
