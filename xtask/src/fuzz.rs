@@ -8,7 +8,10 @@
 //! machine run under `nice -n 19 cargo xtask fuzz ...`: cargo-fuzz and libFuzzer inherit it.
 
 use std::fs;
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
@@ -48,8 +51,15 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let plan = parse(args)?;
     ensure_cargo_fuzz()?;
     cargo_fuzz("build", &["build", "-O", "--sanitizer", "address", "--target-dir", &target_dir()])?;
+    // Every chosen target runs, even after one failed, so that the table covers them all.
+    let mut outcomes = Vec::new();
     for target in &plan.targets {
-        run_target(target, &plan)?;
+        outcomes.push(run_target(target, &plan)?);
+    }
+    print_summary(&outcomes);
+    let failed: Vec<&str> = outcomes.iter().filter(|o| !o.passed()).map(|o| o.target).collect();
+    if !failed.is_empty() {
+        bail!("fuzz failed: {} (their inputs are in fuzz/artifacts/<target>/)", failed.join(", "));
     }
     eprintln!(
         "xtask: fuzz passed ({} targets, no crash, leak or limit exceeded)",
@@ -142,14 +152,15 @@ fn cargo_fuzz(step: &str, args: &[&str]) -> Result<()> {
         .status()
         .with_context(|| format!("fuzz {step}: could not start `{shown}`"))?;
     if !status.success() {
-        bail!("fuzz {step} failed ({status}): `{shown}`; a crash's input is in fuzz/artifacts/");
+        bail!("fuzz {step} failed ({status}): `{shown}`");
     }
     Ok(())
 }
 
 /// One target: the working corpus `fuzz/corpus/<target>` (git-ignored, grows) plus the
-/// committed seeds `fuzz/seeds/<target>`, with the limits.
-fn run_target(target: &str, plan: &Plan) -> Result<()> {
+/// committed seeds `fuzz/seeds/<target>`, with the limits. libFuzzer's output is shown as it
+/// comes and read for the summary.
+fn run_target(target: &'static str, plan: &Plan) -> Result<Outcome> {
     let corpus = fuzz_dir().join("corpus").join(target);
     fs::create_dir_all(&corpus).with_context(|| format!("cannot create {}", corpus.display()))?;
     let seeds = fuzz_dir().join("seeds").join(target);
@@ -162,8 +173,114 @@ fn run_target(target: &str, plan: &Plan) -> Result<()> {
     let runs = plan.runs.map(|r| format!("-runs={r}"));
     args.extend(seconds.iter().chain(&runs).map(String::as_str));
     args.push("-print_final_stats=1");
-    eprintln!("xtask: fuzzing {target}");
-    cargo_fuzz(target, &args)
+    let shown = format!("RUSTC_BOOTSTRAP=1 cargo fuzz {}", args.join(" "));
+    eprintln!("xtask: fuzzing {target}\n$ (cd fuzz && {shown})");
+    let started = Instant::now();
+    let mut child = crate::cargo()
+        .arg("fuzz")
+        .args(&args)
+        .current_dir(fuzz_dir())
+        .env("RUSTC_BOOTSTRAP", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("fuzz {target}: could not start `{shown}`"))?;
+    let mut outcome = Outcome::new(target);
+    if let Some(stderr) = child.stderr.take() {
+        for line in BufReader::new(stderr).split(b'\n') {
+            let line =
+                line.with_context(|| format!("fuzz {target}: reading libFuzzer's output"))?;
+            let line = String::from_utf8_lossy(&line);
+            eprintln!("{line}");
+            outcome.read(&line);
+        }
+    }
+    let status = child.wait().with_context(|| format!("fuzz {target}: waiting for cargo fuzz"))?;
+    outcome.seconds = started.elapsed().as_secs_f64();
+    outcome.success = status.success();
+    if !outcome.success {
+        eprintln!("xtask: fuzz {target} failed ({status}): `{shown}`");
+    }
+    Ok(outcome)
+}
+
+/// What one target's run found, read from libFuzzer's and the sanitizer's output.
+#[derive(Debug, Default, PartialEq)]
+struct Outcome {
+    target: &'static str,
+    /// `stat::number_of_executed_units` (seed runs included).
+    executions: Option<u64>,
+    exec_per_sec: Option<u64>,
+    peak_rss_mb: Option<u64>,
+    /// A panic, a sanitizer error (other than a leak), a deadly signal or a timeout.
+    crashes: u32,
+    leaks: u32,
+    /// Single allocations above `-malloc_limit_mb`.
+    over_limit: u32,
+    /// The process above `-rss_limit_mb`.
+    over_rss: u32,
+    seconds: f64,
+    success: bool,
+}
+
+impl Outcome {
+    fn new(target: &'static str) -> Self {
+        Self { target, ..Self::default() }
+    }
+
+    fn passed(&self) -> bool {
+        self.success && self.crashes + self.leaks + self.over_limit + self.over_rss == 0
+    }
+
+    /// Counts one line of output.
+    fn read(&mut self, line: &str) {
+        let stat =
+            |name: &str| line.strip_prefix(name).and_then(|rest| rest.trim().parse::<u64>().ok());
+        if let Some(n) = stat("stat::number_of_executed_units:") {
+            self.executions = Some(n);
+        } else if let Some(n) = stat("stat::average_exec_per_sec:") {
+            self.exec_per_sec = Some(n);
+        } else if let Some(n) = stat("stat::peak_rss_mb:") {
+            self.peak_rss_mb = Some(n);
+        } else if line.contains("ERROR: libFuzzer: out-of-memory (malloc(") {
+            self.over_limit += 1;
+        } else if line.contains("ERROR: libFuzzer: out-of-memory") {
+            self.over_rss += 1;
+        } else if line.contains("ERROR: LeakSanitizer") {
+            self.leaks += 1;
+        } else if line.contains("ERROR: AddressSanitizer")
+            || line.contains("ERROR: libFuzzer: deadly signal")
+            || line.contains("ERROR: libFuzzer: timeout")
+            || line.contains("ERROR: libFuzzer: fuzz target exited")
+        {
+            self.crashes += 1;
+        }
+    }
+}
+
+/// The per-target table, on stdout: what ran, what it found, under which limits.
+#[allow(clippy::print_stdout, reason = "the summary is the task's result")]
+fn print_summary(outcomes: &[Outcome]) {
+    let number = |n: Option<u64>| n.map_or_else(|| "?".to_owned(), |n| n.to_string());
+    println!("\nfuzz summary (limits: {}, leak detection on)", LIMITS.join(" "));
+    println!(
+        "| target | executions | seconds | exec/s | peak RSS (MiB) | crashes | leaks | over-limit allocations | over RSS limit | result |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    for o in outcomes {
+        println!(
+            "| `{}` | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
+            o.target,
+            number(o.executions),
+            o.seconds,
+            number(o.exec_per_sec),
+            number(o.peak_rss_mb),
+            o.crashes,
+            o.leaks,
+            o.over_limit,
+            o.over_rss,
+            if o.passed() { "pass" } else { "FAIL" },
+        );
+    }
 }
 
 #[cfg(test)]
@@ -211,5 +328,35 @@ mod tests {
         let manifest = fs::read_to_string(fuzz_dir().join("Cargo.toml")).unwrap();
         let declared = manifest.matches("[[bin]]").count();
         assert_eq!(declared, TARGETS.len(), "fuzz/Cargo.toml declares {declared} targets");
+    }
+
+    #[test]
+    fn libfuzzer_output_is_counted() {
+        let mut outcome = Outcome::new("amqp_frame");
+        for line in [
+            "#1000\tpulse  cov: 10 ft: 12 corp: 3/9b exec/s: 500 rss: 40Mb",
+            "==1== ERROR: libFuzzer: out-of-memory (malloc(104857600))",
+            "==1== ERROR: libFuzzer: out-of-memory (used: 600Mb; exceeds: 512Mb)",
+            "==1==ERROR: LeakSanitizer: detected memory leaks",
+            "==1== ERROR: libFuzzer: deadly signal",
+            "stat::number_of_executed_units: 10000123",
+            "stat::average_exec_per_sec:     9876",
+            "stat::peak_rss_mb:              301",
+        ] {
+            outcome.read(line);
+        }
+        outcome.success = true;
+        assert_eq!(outcome.executions, Some(10_000_123));
+        assert_eq!((outcome.exec_per_sec, outcome.peak_rss_mb), (Some(9876), Some(301)));
+        assert_eq!((outcome.crashes, outcome.leaks), (1, 1));
+        assert_eq!((outcome.over_limit, outcome.over_rss), (1, 1));
+        assert!(!outcome.passed());
+
+        let mut clean = Outcome::new("sas_token");
+        clean.read("stat::number_of_executed_units: 5");
+        clean.success = true;
+        assert!(clean.passed());
+        clean.success = false;
+        assert!(!clean.passed(), "a failed cargo fuzz is a failure even without a finding");
     }
 }
