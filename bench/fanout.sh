@@ -141,7 +141,7 @@ ensure_entities() {
 }
 
 start_ironbus() { # amqp-port http-port store
-  "$SERVER" --amqp-addr "127.0.0.1:$1" --http-addr "127.0.0.1:$2" --https-addr off \
+  "$SERVER" --amqp-addr "127.0.0.1:$1" --http-addr "127.0.0.1:$2" --https-addr off --amqps-addr off \
     --config "$WORK/config.json" --store "$3" --data-dir "$WORK/data-$1" \
     > "$WORK/ironbus-$1.log" 2>&1 &
   PIDS+=($!)

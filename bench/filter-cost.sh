@@ -42,7 +42,7 @@ print(json.dumps({"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues
     {"Name": "many", "Properties": {}, "Subscriptions": subs}]}]}}))
 PY
 
-"$SERVER" --amqp-addr "127.0.0.1:$PORT" --http-addr off --https-addr off \
+"$SERVER" --amqp-addr "127.0.0.1:$PORT" --http-addr off --https-addr off --amqps-addr off \
   --config "$WORK/config.json" --store rocksdb --data-dir "$WORK/data" > "$WORK/server.log" 2>&1 &
 PID=$!
 cleanup() { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; rm -rf "$WORK"; }

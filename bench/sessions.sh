@@ -72,7 +72,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$SERVER" --amqp-addr "127.0.0.1:$PORT" --http-addr "127.0.0.1:$HTTP" --https-addr off \
+"$SERVER" --amqp-addr "127.0.0.1:$PORT" --http-addr "127.0.0.1:$HTTP" --https-addr off --amqps-addr off \
   --config "$WORK/config.json" --store rocksdb --data-dir "$WORK/data" \
   > "$WORK/ironbus.log" 2>&1 &
 SERVER_PID=$!

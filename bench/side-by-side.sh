@@ -51,7 +51,7 @@ cleanup() {
 trap cleanup EXIT
 
 start_ironbus() { # port store
-  "$SERVER" --amqp-addr "127.0.0.1:$1" --http-addr off --https-addr off \
+  "$SERVER" --amqp-addr "127.0.0.1:$1" --http-addr off --https-addr off --amqps-addr off \
     --config "$WORK/config.json" --store "$2" --data-dir "$WORK/data-$1" \
     > "$WORK/ironbus-$1.log" 2>&1 &
   PIDS+=($!)

@@ -7,6 +7,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod config;
 mod http;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -32,6 +33,10 @@ struct Args {
     /// Where the AMQP listener binds (Service Bus SDKs in emulator mode use port 5672).
     #[arg(long, env = "IRONBUS_AMQP_ADDR", default_value = "127.0.0.1:5672")]
     amqp_addr: SocketAddr,
+    /// Where the AMQP-over-TLS listener binds (Service Bus's port 5671, what SDKs use without
+    /// UseDevelopmentEmulator), or `off`. Its certificate: see --tls-cert.
+    #[arg(long, env = "IRONBUS_AMQPS_ADDR", default_value = "127.0.0.1:5671")]
+    amqps_addr: String,
     /// Storage engine: `rocksdb` (durable: a send is acknowledged once synced to disk) or
     /// `memory` (nothing survives a restart).
     #[arg(long, env = "IRONBUS_STORE", value_enum, default_value_t = StoreKind::Rocksdb)]
@@ -76,6 +81,8 @@ struct Args {
     max_connections_per_ip: usize,
     #[command(flatten)]
     http: http::HttpArgs,
+    #[command(flatten)]
+    tls: tls::TlsArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -125,6 +132,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = Args::parse();
+    let amqps_addr = http::parse_addr("amqps-addr", &args.amqps_addr)?;
     let metrics = http::install_metrics()?;
 
     let (authorizer, key) = match &args.sas_key {
@@ -133,7 +141,8 @@ async fn main() -> anyhow::Result<()> {
             (Authorizer::new(vec![policy]).context("--sas-key")?, None)
         }
         None => {
-            let mut addrs = std::iter::once(args.amqp_addr).chain(args.http.addrs()?);
+            let mut addrs =
+                std::iter::once(args.amqp_addr).chain(amqps_addr).chain(args.http.addrs()?);
             if let Some(addr) = addrs.find(|addr| !addr.ip().is_loopback()) {
                 bail!(
                     "refusing to listen on {addr} with the public development key: set --sas-key \
@@ -199,10 +208,21 @@ async fn main() -> anyhow::Result<()> {
         },
         ..AmqpOptions::default()
     };
-    let amqp = AmqpTransport::bind_with(args.amqp_addr, authorizer.clone(), amqp_options)
+    // One certificate for every TLS listener, read (or generated) once.
+    let certificate = match (amqps_addr, args.http.https_addr()?) {
+        (None, None) => None,
+        _ => Some(args.tls.load(&args.data_dir)?),
+    };
+    let mut amqp = AmqpTransport::bind_with(args.amqp_addr, authorizer.clone(), amqp_options)
         .await
         .with_context(|| format!("binding the AMQP listener on {}", args.amqp_addr))?;
+    if let (Some(addr), Some(certificate)) = (amqps_addr, &certificate) {
+        amqp.bind_tls(addr, certificate.server_config(&[])?)
+            .await
+            .with_context(|| format!("binding the AMQP TLS listener on {addr}"))?;
+    }
     let amqp_addr = amqp.local_addr()?;
+    let amqps_bound = amqp.tls_addr();
     let metrics = with_amqp_stats(metrics, amqp.stats());
     let mut transports: Vec<Box<dyn Transport>> = vec![Box::new(amqp)];
     let http_limits = HttpLimits {
@@ -211,7 +231,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let http = http::bind(
         &args.http,
-        &args.data_dir,
+        certificate.as_ref(),
         authorizer,
         &broker,
         faults,
@@ -235,7 +255,7 @@ async fn main() -> anyhow::Result<()> {
         });
     }
     let shown_key = key.unwrap_or("<your --sas-key>");
-    tracing::info!(amqp = %amqp_addr, store = ?args.store, stores = args.stores, "ironbus is listening");
+    tracing::info!(amqp = %amqp_addr, amqps = ?amqps_bound, store = ?args.store, stores = args.stores, "ironbus is listening");
     #[allow(clippy::print_stdout, reason = "the connection string is for people to copy")]
     {
         println!(
@@ -243,6 +263,15 @@ async fn main() -> anyhow::Result<()> {
             amqp_addr.ip(),
             amqp_addr.port()
         );
+        // Over TLS the SDKs verify the certificate's name (localhost) and, without
+        // UseDevelopmentEmulator, connect to port 5671.
+        if let Some(amqps) = amqps_bound {
+            let port =
+                if amqps.port() == 5671 { String::new() } else { format!(":{}", amqps.port()) };
+            println!(
+                "Endpoint=sb://localhost{port}/;SharedAccessKeyName={DEVELOPMENT_POLICY_NAME};SharedAccessKey={shown_key}"
+            );
+        }
     }
     wait_for_signal().await?;
     tracing::info!("shutting down");

@@ -30,6 +30,7 @@ mod transfers;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -45,9 +46,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use ironbus_core::auth::Authorizer;
 use ironbus_core::{Broker, Shutdown};
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 
 use crate::error::WireError;
@@ -111,10 +110,18 @@ enum Event {
     SessionAccepted(links::Accepted),
 }
 
-/// Serves one TCP connection until it closes or the server shuts down.
-pub async fn serve(stream: TcpStream, cx: Arc<ConnectionContext>, mut shutdown: Shutdown) {
-    let peer = stream.peer_addr().ok();
-    let (mut connection, writer, mut reader) = start(stream, cx);
+/// Serves one connection, given as the two halves of its byte stream (a TCP socket's, a TLS
+/// stream's, a WebSocket's), until it closes or the server shuts down.
+pub async fn serve<R, W>(
+    (read, write): (R, W),
+    peer: Option<SocketAddr>,
+    cx: Arc<ConnectionContext>,
+    mut shutdown: Shutdown,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut connection, writer, mut reader) = start(read, write, cx);
     let outcome = tokio::select! {
         r = connection.handshake(&mut reader) => r,
         () = shutdown.wait() => Err(FrameError::Closed),
@@ -142,13 +149,16 @@ pub async fn serve(stream: TcpStream, cx: Arc<ConnectionContext>, mut shutdown: 
 /// Refuses a connection the listener's limits leave no room for, in the protocol's terms: the
 /// handshake as usual (SASL included, so that clients read the refusal as one), then an Open
 /// and at once a Close with `amqp:resource-limit-exceeded` and `description`.
-pub async fn refuse(
-    stream: TcpStream,
+pub async fn refuse<R, W>(
+    (read, write): (R, W),
     cx: Arc<ConnectionContext>,
     mut shutdown: Shutdown,
     description: String,
-) {
-    let (mut connection, writer, mut reader) = start(stream, cx);
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut connection, writer, mut reader) = start(read, write, cx);
     let outcome = tokio::select! {
         r = connection.handshake(&mut reader) => r,
         () = shutdown.wait() => Err(FrameError::Closed),
@@ -174,13 +184,16 @@ pub async fn refuse(
     let _ = tokio::join!(writer, tokio::time::timeout(ABORT_GRACE, answered));
 }
 
-/// Splits the socket: a frame reader, a connection and its writer task.
-fn start(
-    stream: TcpStream,
+/// A frame reader, a connection and its writer task over the stream's halves.
+fn start<R, W>(
+    read: R,
+    write: W,
     cx: Arc<ConnectionContext>,
-) -> (Connection, tokio::task::JoinHandle<()>, FrameReader<OwnedReadHalf>) {
-    let _ = stream.set_nodelay(true);
-    let (read, write) = stream.into_split();
+) -> (Connection, tokio::task::JoinHandle<()>, FrameReader<R>)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let watcher = Arc::new(Notify::new());
     let outbox = Arc::new(Outbox {
@@ -257,12 +270,14 @@ impl Outbox {
     }
 }
 
-/// Writes what the connection hands over, in order. A socket that accepts no byte for
-/// `stall` while bytes wait ends the writer (and so the connection): the client is not
-/// reading. Asked to abort, it finishes the chunk it is in (the peer must see whole frames),
-/// writes the Close frame instead of the rest and ends, or gives up after `stall`.
-async fn write_loop(
-    mut write: OwnedWriteHalf,
+/// Writes what the connection hands over, in order, and flushes whenever nothing more is
+/// waiting (a TLS or WebSocket stream may hold back what it accepted until then). A socket that
+/// accepts no byte for `stall` while bytes wait ends the writer (and so the connection): the
+/// client is not reading. Asked to abort, it finishes the chunk it is in (the peer must see
+/// whole frames), writes the Close frame instead of the rest and ends, or gives up after
+/// `stall`.
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut write: W,
     mut rx: mpsc::UnboundedReceiver<Bytes>,
     outbox: Arc<Outbox>,
     watcher: Arc<Notify>,
@@ -270,7 +285,27 @@ async fn write_loop(
     resume_below: usize,
 ) {
     let mut rest = Bytes::new();
+    let mut unflushed = false;
     loop {
+        if unflushed && rx.is_empty() {
+            unflushed = false;
+            tokio::select! {
+                biased;
+                () = outbox.abort.notified() => break,
+                flushed = tokio::time::timeout(stall, write.flush()) => match flushed {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => {
+                        outbox.gone.notify_one();
+                        return;
+                    }
+                    Err(_) => {
+                        outbox.stalled.store(true, Ordering::Release);
+                        outbox.gone.notify_one();
+                        return;
+                    }
+                },
+            }
+        }
         let mut chunk = tokio::select! {
             biased;
             () = outbox.abort.notified() => break,
@@ -290,7 +325,10 @@ async fn write_loop(
                     break;
                 }
                 written = tokio::time::timeout(stall, write.write_buf(&mut chunk)) => match written {
-                    Ok(Ok(n)) if n > 0 => outbox.written(n, resume_below, &watcher),
+                    Ok(Ok(n)) if n > 0 => {
+                        unflushed = true;
+                        outbox.written(n, resume_below, &watcher);
+                    }
                     Ok(_) => {
                         outbox.gone.notify_one();
                         return;

@@ -9,10 +9,11 @@
 //!
 //! Steps: build `ironbus` (release); install the SDKs if missing (`compat/python/.venv`,
 //! `compat/js/node_modules`) and build `compat/rust`; generate the emulator-format `config.json`
-//! with every queue the suites use; start the server on free ports (AMQP, plain HTTP, HTTPS with
-//! its development CA, testing fault injection on), its output in a log file; wait until the ports
-//! accept connections; run each suite with `IRONBUS_CONNECTION_STRING`,
-//! `IRONBUS_ADMIN_CONNECTION_STRING`, `IRONBUS_HTTP_URL`, `IRONBUS_CA_CERT` and
+//! with every queue the suites use; start the server on free ports (AMQP, AMQPS, plain HTTP,
+//! HTTPS with its development CA, testing fault injection on), its output in a log file; wait
+//! until the ports accept connections; run each suite with `IRONBUS_CONNECTION_STRING`,
+//! `IRONBUS_ADMIN_CONNECTION_STRING`, `IRONBUS_TLS_CONNECTION_STRING` (AMQP over TLS),
+//! `IRONBUS_HTTP_URL`, `IRONBUS_CA_CERT` and
 //! `NODE_EXTRA_CA_CERTS` set; stop the server. A failure prints the tail of the server log and leaves the work directory
 //! (config + log) in place.
 //!
@@ -218,6 +219,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let http = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
     let https = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+    let amqps = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
     let data_dir = work.path.join("data");
 
     let mut command = Command::new(&binary);
@@ -228,6 +230,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         .arg(http.to_string())
         .arg("--https-addr")
         .arg(https.to_string())
+        .arg("--amqps-addr")
+        .arg(amqps.to_string())
         .arg("--data-dir")
         .arg(&data_dir)
         // Lets the admin tests make a partition unavailable (POST /$ironbus/faults).
@@ -236,17 +240,18 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         .arg(&config)
         .args(["--store", "rocksdb"]);
     let mut server = Server::start(command, &log)?;
-    for listening in [addr, http, https] {
+    for listening in [addr, http, https, amqps] {
         server.wait_until_listening(listening, READY_TIMEOUT)?;
     }
     let target = Target {
         connection_string: connection_string(port),
         admin_connection_string: admin_connection_string(https.port()),
+        tls_connection_string: tls_connection_string(amqps.port()),
         http_url: format!("http://{http}"),
         ca_cert: data_dir.join("tls").join("ca.pem"),
     };
     eprintln!(
-        "xtask: server listening on {addr}, http {http}, https {https}; log: {}",
+        "xtask: server listening on {addr}, amqps {amqps}, http {http}, https {https}; log: {}",
         log.display()
     );
 
@@ -295,6 +300,8 @@ struct Target {
     connection_string: String,
     /// The HTTPS port, for the admin clients (`IRONBUS_ADMIN_CONNECTION_STRING`).
     admin_connection_string: String,
+    /// AMQP over TLS, without `UseDevelopmentEmulator` (`IRONBUS_TLS_CONNECTION_STRING`).
+    tls_connection_string: String,
     /// The plain HTTP listener: REST, /health, /metrics, faults (`IRONBUS_HTTP_URL`).
     http_url: String,
     /// The development CA the HTTPS listener's certificate chains to (`IRONBUS_CA_CERT`, and
@@ -307,6 +314,16 @@ struct Target {
 fn admin_connection_string(port: u16) -> String {
     format!(
         "Endpoint=sb://localhost:{port};SharedAccessKeyName=RootManageSharedAccessKey;\
+         SharedAccessKey={SAS_KEY}"
+    )
+}
+
+/// The messaging clients' connection string over TLS: `localhost` (the development certificate's
+/// name) and the AMQPS port, without `UseDevelopmentEmulator`. Node takes the port from it;
+/// Python always connects to 5671 unless given `custom_endpoint_address` (the tests do).
+fn tls_connection_string(port: u16) -> String {
+    format!(
+        "Endpoint=sb://localhost:{port}/;SharedAccessKeyName=RootManageSharedAccessKey;\
          SharedAccessKey={SAS_KEY}"
     )
 }
@@ -499,6 +516,7 @@ fn run_suite(suite: &Suite, target: &Target, runner_args: &[String]) -> Result<b
         .current_dir(&dir)
         .env("IRONBUS_CONNECTION_STRING", &target.connection_string)
         .env("IRONBUS_ADMIN_CONNECTION_STRING", &target.admin_connection_string)
+        .env("IRONBUS_TLS_CONNECTION_STRING", &target.tls_connection_string)
         .env("IRONBUS_HTTP_URL", &target.http_url)
         .env("IRONBUS_CA_CERT", &target.ca_cert)
         .env("NODE_EXTRA_CA_CERTS", &target.ca_cert);

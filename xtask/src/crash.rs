@@ -154,6 +154,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         command
             .arg("--amqp-addr")
             .arg(addr.to_string())
+            .args(["--amqps-addr", "off"])
             .args(["--store", &options.store])
             .arg("--data-dir")
             .arg(&data)

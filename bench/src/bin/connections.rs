@@ -95,6 +95,7 @@ impl Server {
             std::env::temp_dir().join(format!("ironbus-connections-{}", std::process::id()));
         let child = Command::new(binary)
             .args(["--store", "memory", "--http-addr", "off", "--https-addr", "off"])
+            .args(["--amqps-addr", "off"])
             .arg("--amqp-addr")
             .arg(addr.to_string())
             .arg("--data-dir")
