@@ -704,7 +704,9 @@ impl Connection {
             Performative::Attach(attach) => self.on_attach(channel, attach).await?,
             Performative::Detach(detach) => self.on_detach(channel, detach)?,
             Performative::Flow(flow) => self.on_flow(channel, flow)?,
-            Performative::Transfer(transfer) => self.on_transfer(channel, transfer, payload)?,
+            Performative::Transfer(transfer) => {
+                self.on_transfer(channel, transfer, payload).await?
+            }
             Performative::Disposition(disposition) => self.on_disposition(channel, disposition)?,
         }
         Ok(true)

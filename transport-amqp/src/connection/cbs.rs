@@ -2,7 +2,11 @@
 //! connection.
 
 use fe2o3_amqp_types::primitives::Value;
-use ironbus_core::auth::{Claim, Right};
+use ironbus_core::auth::{
+    token_audience, AuthError, AuthErrorKind, Authorizer, Claim, EntityRules, Right,
+};
+use ironbus_core::transport::authorization::{entity_rules, named_entity};
+use ironbus_core::BrokerError;
 
 use crate::error::WireError;
 use crate::request::{encode_error, encode_response, Dialect, Request};
@@ -31,8 +35,23 @@ impl Grants {
     }
 }
 
+/// The refusal of an operation the connection's claims do not allow, in Service Bus's words:
+/// the claims needed (`right`; `None`: any) and the resource.
+pub(super) fn unauthorized(path: &str, right: Option<Right>) -> WireError {
+    let claims = match right {
+        Some(right) => format!("'{right}'"),
+        None => "'Manage', 'Send' or 'Listen'".to_owned(),
+    };
+    WireError::unauthorized(format!(
+        "Unauthorized access. {claims} claim(s) are required to perform this operation. \
+         Resource: '{path}'. Put a token for it on $cbs first"
+    ))
+}
+
 impl Connection {
-    pub(super) fn on_cbs_request(&mut self, channel: u16, path: &str, body: &[u8]) {
+    /// Handles a `$cbs` request. A put-token is checked before the next frame is read, so a link
+    /// attached after its answer sees the new claim.
+    pub(super) async fn on_cbs_request(&mut self, channel: u16, path: &str, body: &[u8]) {
         let request = match Request::decode(body) {
             Ok(r) => r,
             Err(e) => {
@@ -49,10 +68,10 @@ impl Connection {
             )
         } else {
             let token = match &request.body {
-                Value::String(s) => s.clone(),
-                _ => String::new(),
+                Value::String(s) => s.as_str(),
+                _ => "",
             };
-            match self.cx.authorizer.verify_token(&token, self.now()) {
+            match verify_put_token(&self.cx.broker, &self.cx.authorizer, token, self.now()).await {
                 Ok(claim) => {
                     self.grants.claims.retain(|c| c.audience != claim.audience);
                     self.grants.claims.push(claim);
@@ -65,18 +84,17 @@ impl Connection {
                         None,
                     )
                 }
-                Err(e) => {
-                    tracing::info!(error = %e, "put-token refused");
-                    let status = if e.kind == ironbus_core::auth::AuthErrorKind::Malformed {
-                        400
-                    } else {
-                        401
-                    };
+                Err(refusal) => {
+                    tracing::info!(
+                        status = refusal.status,
+                        reason = %refusal.description,
+                        "put-token refused"
+                    );
                     encode_response(
                         request.message_id.clone(),
                         Dialect::Cbs,
-                        status,
-                        &e.to_string(),
+                        refusal.status,
+                        &refusal.description,
                         None,
                         None,
                     )
@@ -84,5 +102,53 @@ impl Connection {
             }
         };
         self.respond(channel, path.to_owned(), request.reply_to, payload);
+    }
+}
+
+/// Why a put-token was refused: the CBS status and its description.
+#[derive(Debug)]
+struct Refusal {
+    status: i32,
+    description: String,
+}
+
+/// Checks a put-token's token as Service Bus does.
+///
+/// # Behavior
+/// - 400: the token cannot be parsed.
+/// - 404: its audience names an entity (queue, topic, subscription, sub-queue or management
+///   node of one) that does not exist — before any key is tried, so the SDKs report an
+///   authentication error for a misspelt entity as they do against Service Bus.
+/// - 401: expired, unknown key name, wrong signature, or signed with an entity rule's key for
+///   an audience outside that entity.
+/// - Otherwise the claim: namespace policies first, then the authorization rules of the queue
+///   or topic the audience is in.
+async fn verify_put_token(
+    broker: &ironbus_core::Broker,
+    authorizer: &Authorizer,
+    token: &str,
+    now: ironbus_core::Timestamp,
+) -> Result<Claim, Refusal> {
+    let refuse = |e: AuthError| Refusal {
+        status: if e.kind == AuthErrorKind::Malformed { 400 } else { 401 },
+        description: e.to_string(),
+    };
+    let audience = token_audience(token).map_err(refuse)?;
+    let Some(entity) = named_entity(audience.as_str()) else {
+        return authorizer.verify_token(token, now).map_err(refuse);
+    };
+    match entity_rules(broker, &entity).await {
+        Ok((top, rules)) => {
+            let rules = EntityRules { entity: top.as_str(), rules: &rules };
+            authorizer.verify_token_with(token, now, Some(rules)).map_err(refuse)
+        }
+        Err(BrokerError::EntityNotFound { .. }) => Err(Refusal {
+            status: 404,
+            description: format!("The messaging entity '{entity}' could not be found."),
+        }),
+        Err(e) => {
+            let e = WireError::from(e);
+            Err(Refusal { status: e.status, description: e.description })
+        }
     }
 }

@@ -197,11 +197,7 @@ impl Connection {
                     );
                 }
                 if !self.grants.allows(&path, right, now) {
-                    return self.refuse(
-                        channel,
-                        attach,
-                        WireError::unauthorized(format!("unauthorized access to {path}: put a valid token with the needed rights on $cbs first")),
-                    );
+                    return self.refuse(channel, attach, cbs::unauthorized(&path, right));
                 }
             }
         }

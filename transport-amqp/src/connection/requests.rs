@@ -7,7 +7,6 @@ use fe2o3_amqp_types::messaging::{Accepted, DeliveryState};
 use fe2o3_amqp_types::performatives::{Disposition, Performative};
 use ironbus_core::EntityAddress;
 
-use crate::error::WireError;
 use crate::frame::{self};
 use crate::management;
 use crate::request::{encode_error, encode_response, Dialect, Request};
@@ -55,9 +54,7 @@ impl Connection {
         // amqp:not-implemented).
         if let Some(known) = management::Operation::parse(&operation) {
             if !self.grants.allows(&path, Some(known.right()), self.now()) {
-                let e = WireError::unauthorized(format!(
-                    "unauthorized access to {path} for {operation}"
-                ));
+                let e = cbs::unauthorized(&path, Some(known.right()));
                 let payload = encode_error(message_id, Dialect::Management, &e);
                 return self.respond(channel, path, reply_to, payload);
             }

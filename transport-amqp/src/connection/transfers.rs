@@ -28,7 +28,7 @@ pub(super) struct Partial {
 }
 
 impl Connection {
-    pub(super) fn on_transfer(
+    pub(super) async fn on_transfer(
         &mut self,
         channel: u16,
         transfer: Transfer,
@@ -116,7 +116,7 @@ impl Connection {
             }
             Node::Cbs => {
                 self.settle_request(channel, delivery_id, settled);
-                self.on_cbs_request(channel, &path, &body);
+                self.on_cbs_request(channel, &path, &body).await;
                 self.top_up(channel, handle);
             }
             Node::Management(address) => {
