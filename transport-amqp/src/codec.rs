@@ -6,7 +6,8 @@
 //! with a byte-level skipper (constructor width classes plus the described `0x00` prefix) and
 //! decodes only what the core needs:
 //!
-//! * header: `ttl` → `time_to_live`; `durable` and `priority` go into the raw envelope; the
+//! * header: `ttl` → `time_to_live`; `durable` and `priority` go into the raw envelope (with
+//!   whether the client gave them: deliveries echo them, or null, as Service Bus does); the
 //!   client's `first-acquirer` and `delivery-count` are discarded (the broker writes its own).
 //! * delivery-annotations: kept in the raw envelope and handed to every receiver, as Service Bus
 //!   does, except the broker's own `x-opt-lock-token` (a received message sent again carries its
@@ -38,8 +39,11 @@
 //! ```text
 //! offset 0  version    u8  = 0x01
 //! offset 1  flags      u8  bit 0: header.durable; bit 1: a client message-annotations map
-//!                          follows; bit 2: a client delivery-annotations map follows
-//! offset 2  priority   u8  header.priority (4 when the client sent no header)
+//!                          follows; bit 2: a client delivery-annotations map follows;
+//!                          bit 3: the client gave header.durable; bit 4: it gave
+//!                          header.priority (envelopes written before bits 3 and 4 existed:
+//!                          a durable or priority other than the default counts as given)
+//! offset 2  priority   u8  header.priority (4 when the client gave none)
 //! [flags bit 1]        the kept client message-annotations as one encoded AMQP map (map8 or
 //!                      map32 constructor, symbol or ulong keys, values byte for byte as received)
 //! [flags bit 2]        the kept client delivery-annotations, encoded the same way
@@ -99,6 +103,10 @@ const RAW_VERSION: u8 = 1;
 const RAW_DURABLE: u8 = 0x01;
 const RAW_ANNOTATIONS: u8 = 0x02;
 const RAW_DELIVERY_ANNOTATIONS: u8 = 0x04;
+const RAW_DURABLE_SET: u8 = 0x08;
+const RAW_PRIORITY_SET: u8 = 0x10;
+/// header.priority when a sender gives none.
+const DEFAULT_PRIORITY: u8 = 4;
 
 /// How deep described-type nesting may go before the input is treated as garbage.
 const MAX_DEPTH: u32 = 32;

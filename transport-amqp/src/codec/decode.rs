@@ -22,8 +22,8 @@ pub fn decode_message(payload: Bytes) -> Result<Message> {
     let sections = split_sections(buf)?;
 
     let mut properties = MessageProperties::default();
-    let mut durable = false;
-    let mut priority = 4u8;
+    let mut durable = None;
+    let mut priority = None;
     let mut kept_annotations: Option<(usize, Vec<u8>)> = None;
     let mut kept_delivery_annotations: Option<(usize, Vec<u8>)> = None;
     let mut application_properties = ApplicationProperties::new();
@@ -69,8 +69,14 @@ pub fn decode_message(payload: Bytes) -> Result<Message> {
     let mut raw = BytesMut::with_capacity(3 + annotations_len + bare_len + 8);
     raw.put_u8(RAW_VERSION);
     let mut flags = 0;
-    if durable {
-        flags |= RAW_DURABLE;
+    if let Some(durable) = durable {
+        flags |= RAW_DURABLE_SET;
+        if durable {
+            flags |= RAW_DURABLE;
+        }
+    }
+    if priority.is_some() {
+        flags |= RAW_PRIORITY_SET;
     }
     if kept_annotations.is_some() {
         flags |= RAW_ANNOTATIONS;
@@ -79,7 +85,7 @@ pub fn decode_message(payload: Bytes) -> Result<Message> {
         flags |= RAW_DELIVERY_ANNOTATIONS;
     }
     raw.put_u8(flags);
-    raw.put_u8(priority);
+    raw.put_u8(priority.unwrap_or(DEFAULT_PRIORITY));
     for (count, body) in [&kept_annotations, &kept_delivery_annotations].into_iter().flatten() {
         put_map(&mut raw, *count, body);
     }

@@ -21,8 +21,9 @@ pub fn encode_delivery(received: &ReceivedMessage, options: DeliveryOptions) -> 
     );
 
     // Header: all five fields, always (serde_amqp would drop the defaults; py then reads
-    // delivery-count as None, frame-level.md §2).
-    let (durable, priority) = raw.as_ref().map_or((false, 4), |r| (r.durable, r.priority));
+    // delivery-count as None, frame-level.md §2); durable and priority as the sender gave them,
+    // null otherwise, and first-acquirer null, as Service Bus sends them.
+    let (durable, priority) = raw.as_ref().map_or((None, None), |r| (r.durable, r.priority));
     put_header(&mut out, durable, priority, header_ttl(received), broker.delivery_count);
 
     // Delivery annotations, always (Service Bus sends an empty map when it has none): the lock
@@ -208,18 +209,31 @@ pub(super) fn put_section_normalized(out: &mut impl BufMut, buf: &[u8], s: &Sect
     }
 }
 
-/// `00 53 70 [durable, priority, ttl|null, first-acquirer=false, delivery-count]`, all five.
+/// `00 53 70 [durable|null, priority|null, ttl|null, first-acquirer=null, delivery-count]`, all
+/// five.
 pub(super) fn put_header(
     out: &mut impl BufMut,
-    durable: bool,
-    priority: u8,
+    durable: Option<bool>,
+    priority: Option<u8>,
     ttl: Option<u32>,
     count: u32,
 ) {
-    let size = 1 + 1 + 2 + (if ttl.is_some() { 5 } else { 1 }) + 1 + 5;
+    let size = 1
+        + 1
+        + (if priority.is_some() { 2 } else { 1 })
+        + (if ttl.is_some() { 5 } else { 1 })
+        + 1
+        + 5;
     out.put_slice(&[0x00, 0x53, HEADER, 0xc0, size, 0x05]);
-    out.put_u8(if durable { 0x41 } else { 0x42 });
-    out.put_slice(&[0x50, priority]);
+    out.put_u8(match durable {
+        Some(true) => 0x41,
+        Some(false) => 0x42,
+        None => 0x40,
+    });
+    match priority {
+        Some(priority) => out.put_slice(&[0x50, priority]),
+        None => out.put_u8(0x40),
+    }
     match ttl {
         Some(ms) => {
             out.put_u8(0x70);
@@ -227,7 +241,7 @@ pub(super) fn put_header(
         }
         None => out.put_u8(0x40),
     }
-    out.put_u8(0x42);
+    out.put_u8(0x40);
     out.put_u8(0x70);
     out.put_u32(count);
 }

@@ -147,9 +147,10 @@ pub(super) fn binary_content(value: &[u8]) -> Result<Range<usize>> {
     Ok(header..value.len())
 }
 
+/// The header fields a sender gave (`None`: absent or null).
 pub(super) struct HeaderFields {
-    pub(super) durable: bool,
-    pub(super) priority: u8,
+    pub(super) durable: Option<bool>,
+    pub(super) priority: Option<u8>,
     pub(super) ttl: Option<Duration>,
 }
 
@@ -157,19 +158,20 @@ pub(super) fn decode_header(value: &[u8]) -> Result<HeaderFields> {
     let Val::List(list) = Reader::new(value).value()? else {
         return Err(CodecError::new("header is not a list"));
     };
-    let mut h = HeaderFields { durable: false, priority: 4, ttl: None };
+    let mut h = HeaderFields { durable: None, priority: None, ttl: None };
     let mut r = list.reader();
     for i in 0..list.count {
         let v = r.value()?;
         match (i, v) {
             (_, Val::Null) => {}
-            (0, Val::Bool(b)) => h.durable = b,
+            (0, Val::Bool(b)) => h.durable = Some(b),
             (0, _) => return Err(CodecError::new("header.durable is not a boolean")),
             (1, v) => {
-                h.priority = v
-                    .as_u64()
-                    .and_then(|p| u8::try_from(p).ok())
-                    .ok_or_else(|| CodecError::new("header.priority is not a ubyte"))?;
+                h.priority = Some(
+                    v.as_u64()
+                        .and_then(|p| u8::try_from(p).ok())
+                        .ok_or_else(|| CodecError::new("header.priority is not a ubyte"))?,
+                );
             }
             (2, v) => {
                 let ms = v.as_u64().ok_or_else(|| CodecError::new("header.ttl is not a uint"))?;
@@ -378,8 +380,10 @@ pub(super) fn property_value(v: Val<'_>, key: &str) -> Result<Option<PropertyVal
 }
 
 pub(super) struct RawMessage<'a> {
-    pub(super) durable: bool,
-    pub(super) priority: u8,
+    /// The sender's header.durable; `None` when it gave none.
+    pub(super) durable: Option<bool>,
+    /// The sender's header.priority; `None` when it gave none.
+    pub(super) priority: Option<u8>,
     /// `(item count, encoded entries)` of the kept client message annotations.
     pub(super) annotations: Option<(usize, &'a [u8])>,
     /// `(item count, encoded entries)` of the kept client delivery annotations.
@@ -411,9 +415,13 @@ impl<'a> RawMessage<'a> {
         let delivery_annotations = map(RAW_DELIVERY_ANNOTATIONS)?;
         let bare = &raw[r.pos..];
         let sections = split_sections(bare).ok()?;
+        // Envelopes written before the `…_SET` flags: a non-default value was given.
+        let durable = flags & RAW_DURABLE != 0;
+        let durable_set = flags & RAW_DURABLE_SET != 0 || durable;
+        let priority_set = flags & RAW_PRIORITY_SET != 0 || priority != DEFAULT_PRIORITY;
         Some(Self {
-            durable: flags & RAW_DURABLE != 0,
-            priority,
+            durable: durable_set.then_some(durable),
+            priority: priority_set.then_some(priority),
             annotations,
             delivery_annotations,
             bare,

@@ -176,7 +176,11 @@ fn decodes_every_field() {
 
     // The raw envelope: version, durable flag + both annotations flags, priority 7.
     let raw = m.raw.as_ref().unwrap();
-    let flags = RAW_DURABLE | RAW_ANNOTATIONS | RAW_DELIVERY_ANNOTATIONS;
+    let flags = RAW_DURABLE
+        | RAW_DURABLE_SET
+        | RAW_PRIORITY_SET
+        | RAW_ANNOTATIONS
+        | RAW_DELIVERY_ANNOTATIONS;
     assert_eq!(&raw[..3], &[RAW_VERSION, flags, 7]);
     let parsed = RawMessage::parse(raw).unwrap();
     assert_eq!(parsed.annotations.unwrap().0, 4, "x-opt-via-partition-key and ulong 42");
@@ -261,9 +265,9 @@ fn delivery_round_trip_through_fe2o3() {
         let m = decode_message(encode_fe(&client)).unwrap();
         let out = encode_delivery(&received(m, true), DeliveryOptions::default());
 
-        // Header: all five fields, delivery-count 0 written out.
+        // Header: all five fields, delivery-count 0 written out, first-acquirer null.
         let header = [
-            0x00, 0x53, 0x70, 0xc0, 0x0f, 0x05, 0x41, 0x50, 0x07, 0x70, 0, 0, 0x75, 0x30, 0x42,
+            0x00, 0x53, 0x70, 0xc0, 0x0f, 0x05, 0x41, 0x50, 0x07, 0x70, 0, 0, 0x75, 0x30, 0x40,
             0x70, 0, 0, 0, 0,
         ];
         assert_eq!(&out[..header.len()], &header);
@@ -345,12 +349,14 @@ fn header_without_ttl_writes_null() {
     let mut r = received(m, false);
     r.broker.delivery_count = 3;
     let out = encode_delivery(&r, DeliveryOptions::default());
+    // Durable, priority and first-acquirer null, as Service Bus sends them to a sender that
+    // gave none (the python suite's recorded header has them None).
     assert_eq!(
-        &out[..16],
-        &[0x00, 0x53, 0x70, 0xc0, 0x0b, 0x05, 0x42, 0x50, 0x04, 0x40, 0x42, 0x70, 0, 0, 0, 3]
+        &out[..15],
+        &[0x00, 0x53, 0x70, 0xc0, 0x0a, 0x05, 0x40, 0x40, 0x40, 0x40, 0x70, 0, 0, 0, 3]
     );
     let h = decode_fe(&out).header.unwrap();
-    assert_eq!((h.ttl, h.delivery_count, h.priority.0), (None, 3, 4));
+    assert_eq!((h.ttl, h.delivery_count, h.priority.0, h.durable), (None, 3, 4, false));
 }
 
 #[test]
@@ -932,4 +938,30 @@ fn a_decimal_no_service_bus_message_can_hold_is_refused_at_send() {
     expected.extend_from_slice(&[0; 11]);
     expected.push(15);
     assert!(out.windows(expected.len()).any(|w| w == expected), "{out:02x?}");
+}
+
+#[test]
+fn header_fields_are_echoed_as_the_sender_gave_them() {
+    let delivered = |header: &[u8]| {
+        let mut payload = vec![0x00, 0x53, 0x70, 0xc0, header.len() as u8 + 1, 2];
+        payload.extend_from_slice(header);
+        payload.extend_from_slice(&[0x00, 0x53, 0x75, 0xa0, 0x01, b'x']);
+        let m = decode_message(Bytes::from(payload)).unwrap();
+        let out = encode_delivery(&received(m, false), DeliveryOptions::default());
+        out[6..].iter().take(3).copied().collect::<Vec<u8>>()
+    };
+    // An explicit default is echoed as given; a null stays null.
+    assert_eq!(delivered(&[0x42, 0x50, 0x04]), [0x42, 0x50, 0x04]);
+    assert_eq!(delivered(&[0x41, 0x50, 0x09]), [0x41, 0x50, 0x09]);
+    assert_eq!(delivered(&[0x40, 0x40]), [0x40, 0x40, 0x40]);
+    assert_eq!(delivered(&[0x40, 0x50, 0x02]), [0x40, 0x50, 0x02]);
+
+    // An envelope written before the `…_SET` flags: a non-default value still counts as given.
+    let old =
+        Bytes::from_static(&[RAW_VERSION, RAW_DURABLE, 6, 0x00, 0x53, 0x75, 0xa0, 0x01, b'x']);
+    let raw = RawMessage::parse(&old).unwrap();
+    assert_eq!((raw.durable, raw.priority), (Some(true), Some(6)));
+    let old = Bytes::from_static(&[RAW_VERSION, 0, 4, 0x00, 0x53, 0x75, 0xa0, 0x01, b'x']);
+    let raw = RawMessage::parse(&old).unwrap();
+    assert_eq!((raw.durable, raw.priority), (None, None));
 }
