@@ -6,7 +6,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let Some((target, rest)) = args.split_first() else {
         bail!(
             "`bench` needs a target: core, amqp, backlog, connections, side-by-side, fanout, \
-             filter-cost or sessions (see `cargo xtask help`)"
+             filter-cost, sessions or forward (see `cargo xtask help`)"
         );
     };
     // Everything after the target goes to the benchmark; a leading `--` is accepted and dropped,
@@ -18,7 +18,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     if target == "side-by-side" {
         return script("side-by-side", rest);
     }
-    if target == "fanout" || target == "filter-cost" || target == "sessions" {
+    if matches!(target.as_str(), "fanout" | "filter-cost" | "sessions" | "forward") {
         return script(target, rest);
     }
     if target == "connections" {
@@ -31,7 +31,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         unknown => {
             bail!(
                 "unknown benchmark target `{unknown}`; known: core, amqp, backlog, connections, \
-                 side-by-side, fanout, filter-cost, sessions"
+                 side-by-side, fanout, filter-cost, sessions, forward"
             )
         }
     };
@@ -43,7 +43,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
 /// alternating rounds with the same load generator; `fanout`: the same for a topic with 1, 4 and
 /// 16 subscriptions against a RabbitMQ fanout exchange; `filter-cost`: the publish rate with 100
 /// filtered subscriptions against one; `sessions`: accept-next session receivers on a
-/// 16-partition session queue against plain receivers on a plain one); settings come from the
+/// 16-partition session queue against plain receivers on a plain one; `forward`: a one-hop
+/// auto-forward against a direct queue); settings come from the
 /// environment (see the script).
 fn script(name: &str, rest: &[String]) -> Result<()> {
     if !rest.is_empty() {

@@ -10,6 +10,11 @@
 //! and prints its verdict, which this task prints as `N cycles, M acknowledged, L lost, D
 //! duplicated` plus the JSON.
 //!
+//! `--scenario forward` (issue 14) runs the same test across a forwarding chain of three queues:
+//! producers send to `crash` (partitioned, duplicate detection), whose ForwardTo is `crash-mid`
+//! (not partitioned), whose ForwardTo is `crash-end` (partitioned); consumers drain `crash-end`.
+//! Every acknowledged message must come out of the end of the chain exactly once.
+//!
 //! Exits non-zero on any loss, duplicate or unknown message, when the driver fails, or after
 //! `--timeout` (default 600 s). A failure keeps the work directory (config, data, logs) and shows
 //! the tails of the logs.
@@ -37,8 +42,10 @@ use serde_json::{json, Value};
 
 use crate::compat::{self, Server, WorkDir, LOG_TAIL_LINES, NAMESPACE, SAS_KEY};
 
-/// The queue the driver works on.
+/// The queue the driver works on (sends to, in the forward scenario).
 const QUEUE: &str = "crash";
+/// The forward scenario: the chain after [`QUEUE`], in order; consumers drain the last one.
+const CHAIN: [&str; 2] = ["crash-mid", "crash-end"];
 /// The queue's lock duration; the driver's drain waits longer than this without deliveries, so
 /// that a completion the broker lost makes the message come back before the verdict.
 const LOCK_DURATION_SECS: u64 = 10;
@@ -53,7 +60,8 @@ const SERVER_ENV: &str = "IRONBUS_CRASH_SERVER";
 const DRIVER_ENV: &str = "IRONBUS_CRASH_DRIVER";
 
 const USAGE: &str = "usage: cargo xtask crash [--cycles N] [--producers P] [--consumers C] \
-                     [--seed S] [--store rocksdb|memory] [--timeout SECONDS] [-- DRIVER-ARGS]";
+                     [--seed S] [--store rocksdb|memory] [--scenario queue|forward] \
+                     [--timeout SECONDS] [-- DRIVER-ARGS]";
 
 /// The command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +71,8 @@ struct Options {
     consumers: u32,
     seed: Option<u64>,
     store: String,
+    /// `queue` (one queue) or `forward` (a chain of three).
+    scenario: String,
     timeout: Duration,
     /// Extra arguments for `ironbus-crash`.
     driver_args: Vec<String>,
@@ -76,6 +86,7 @@ impl Default for Options {
             consumers: 4,
             seed: None,
             store: "rocksdb".to_owned(),
+            scenario: "queue".to_owned(),
             timeout: Duration::from_secs(600),
             driver_args: Vec::new(),
         }
@@ -113,6 +124,13 @@ fn parse(args: &[String]) -> Result<Options> {
                 }
                 options.store = store;
             }
+            "--scenario" => {
+                let scenario = value()?;
+                if scenario != "queue" && scenario != "forward" {
+                    bail!("--scenario must be queue or forward, got `{scenario}`");
+                }
+                options.scenario = scenario;
+            }
             "-h" | "--help" => bail!("{USAGE}"),
             other => bail!("unknown argument `{other}`\n{USAGE}"),
         }
@@ -144,7 +162,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
 
     let work = WorkDir::create("crash")?;
     let config = work.path.join("config.json");
-    let text = serde_json::to_string_pretty(&config_json()).context("encoding the config")?;
+    let forward = options.scenario == "forward";
+    let text =
+        serde_json::to_string_pretty(&config_json(forward)).context("encoding the config")?;
     fs::write(&config, text + "\n").with_context(|| format!("writing {}", config.display()))?;
     let data = work.path.join("data");
     let port = compat::free_port()?;
@@ -231,9 +251,10 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     );
     let longest_down = verdict.downtimes.iter().max().copied().unwrap_or_default();
     eprintln!(
-        "xtask: crash test took {:.1} s (seed {seed}, store {}, longest restart {:.2} s)",
+        "xtask: crash test took {:.1} s (seed {seed}, store {}, scenario {}, longest restart {:.2} s)",
         started.elapsed().as_secs_f64(),
         options.store,
+        options.scenario,
         longest_down.as_secs_f64()
     );
     print_result(&line, report);
@@ -337,31 +358,40 @@ fn sleep_until_or_deadline(delay: Duration, deadline: Instant, what: &str) -> Re
     Ok(())
 }
 
-/// The emulator-format config: one queue, partitioned, with duplicate detection whose window
-/// outlasts the test, a short lock and a delivery limit no crash pattern reaches.
-fn config_json() -> Value {
+/// The emulator-format config: the queue the producers send to, partitioned, with duplicate
+/// detection whose window outlasts the test, a short lock and a delivery limit no crash pattern
+/// reaches; with `forward`, it forwards to the [`CHAIN`] (the middle queue not partitioned, the
+/// last one partitioned, neither deduplicating: the forwarder alone must keep copies single).
+fn config_json(forward: bool) -> Value {
+    let queue = |name: &str, partitions: u32, dedup: bool, forward_to: &str| {
+        json!({
+            "Name": name,
+            "Properties": {
+                "DeadLetteringOnMessageExpiration": false,
+                "DefaultMessageTimeToLive": "PT2H",
+                "DuplicateDetectionHistoryTimeWindow": "PT1H",
+                "ForwardDeadLetteredMessagesTo": "",
+                "ForwardTo": forward_to,
+                "LockDuration": format!("PT{LOCK_DURATION_SECS}S"),
+                "MaxDeliveryCount": 1000,
+                "RequiresDuplicateDetection": dedup,
+                "RequiresSession": false,
+                "EnablePartitioning": partitions > 1,
+                "PartitionCount": partitions,
+            },
+        })
+    };
+    let queues = match forward {
+        false => vec![queue(QUEUE, 4, true, "")],
+        true => vec![
+            queue(QUEUE, 4, true, CHAIN[0]),
+            queue(CHAIN[0], 1, false, CHAIN[1]),
+            queue(CHAIN[1], 2, false, ""),
+        ],
+    };
     json!({
         "UserConfig": {
-            "Namespaces": [{
-                "Name": NAMESPACE,
-                "Queues": [{
-                    "Name": QUEUE,
-                    "Properties": {
-                        "DeadLetteringOnMessageExpiration": false,
-                        "DefaultMessageTimeToLive": "PT2H",
-                        "DuplicateDetectionHistoryTimeWindow": "PT1H",
-                        "ForwardDeadLetteredMessagesTo": "",
-                        "ForwardTo": "",
-                        "LockDuration": format!("PT{LOCK_DURATION_SECS}S"),
-                        "MaxDeliveryCount": 1000,
-                        "RequiresDuplicateDetection": true,
-                        "RequiresSession": false,
-                        "EnablePartitioning": true,
-                        "PartitionCount": 4,
-                    },
-                }],
-                "Topics": [],
-            }],
+            "Namespaces": [{ "Name": NAMESPACE, "Queues": queues, "Topics": [] }],
             "Logging": { "Type": "File" },
         }
     })
@@ -385,6 +415,10 @@ impl Driver {
             .arg("--sasl-plain")
             .arg(format!("RootManageSharedAccessKey:{SAS_KEY}"))
             .args(["--address", QUEUE])
+            .args(match options.scenario.as_str() {
+                "forward" => vec!["--receive-from", CHAIN[1]],
+                _ => vec![],
+            })
             .arg("--producers")
             .arg(options.producers.to_string())
             .arg("--consumers")
@@ -499,7 +533,9 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_refused_clearly() {
-        for bad in ["--cycles", "--cycles x", "--producers 0", "--store ram", "--what 1"] {
+        for bad in
+            ["--cycles", "--cycles x", "--producers 0", "--store ram", "--scenario x", "--what 1"]
+        {
             assert!(parse(&args(bad)).is_err(), "{bad}");
         }
     }
@@ -517,10 +553,28 @@ mod tests {
 
     #[test]
     fn config_declares_a_deduplicating_partitioned_queue() {
-        let config = config_json();
-        let queue = &config["UserConfig"]["Namespaces"][0]["Queues"][0];
+        let config = config_json(false);
+        let queues = config["UserConfig"]["Namespaces"][0]["Queues"].as_array().unwrap();
+        assert_eq!(queues.len(), 1);
+        let queue = &queues[0];
         assert_eq!(queue["Name"], QUEUE);
         assert_eq!(queue["Properties"]["RequiresDuplicateDetection"], true);
         assert_eq!(queue["Properties"]["EnablePartitioning"], true);
+        assert_eq!(queue["Properties"]["ForwardTo"], "");
+    }
+
+    #[test]
+    fn forward_scenario_chains_three_queues_one_partitioned_at_least() {
+        assert_eq!(parse(&args("--scenario forward")).unwrap().scenario, "forward");
+        let config = config_json(true);
+        let queues = config["UserConfig"]["Namespaces"][0]["Queues"].as_array().unwrap();
+        let names: Vec<&str> = queues.iter().map(|q| q["Name"].as_str().unwrap()).collect();
+        assert_eq!(names, [QUEUE, CHAIN[0], CHAIN[1]]);
+        let forward_to: Vec<&str> =
+            queues.iter().map(|q| q["Properties"]["ForwardTo"].as_str().unwrap()).collect();
+        assert_eq!(forward_to, [CHAIN[0], CHAIN[1], ""]);
+        let partitioned = queues.iter().filter(|q| q["Properties"]["EnablePartitioning"] == true);
+        assert_eq!(partitioned.count(), 2);
+        assert_eq!(queues[0]["Properties"]["RequiresDuplicateDetection"], true);
     }
 }

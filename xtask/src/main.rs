@@ -53,6 +53,9 @@ tasks:
                         drained by 4 accept-next session receivers, against the same load on a
                         plain 16-partition queue (4 plain consumers), alternating rounds, with
                         accept-next p50/p99; env ROUNDS, SESSIONS, PER_SESSION, CONSUMERS, OUT
+    bench forward       1 KiB durable messages through a one-hop auto-forward (16-partition
+                        queues, 4 P / 4 C) against a direct queue, alternating rounds; env
+                        ROUNDS, MESSAGES, STORE, MODE, OUT
     compat [SUITE] [-- ARGS]
                         run the SDK compatibility suites (python, js, rust; default all) against a
                         fresh ironbus; ARGS go to the suite's runner; `compat config` prints

@@ -66,6 +66,11 @@ pub(crate) struct Options {
     #[arg(long, default_value = "crash")]
     pub address: String,
 
+    /// Consumers receive from this node instead of `--address` (the last queue of a forwarding
+    /// chain that starts at `--address`)
+    #[arg(long, value_name = "ADDRESS")]
+    pub receive_from: Option<String>,
+
     /// Producer connections
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub producers: u32,
@@ -118,6 +123,13 @@ pub(crate) struct Options {
     /// Log every reconnect and its cause on stderr
     #[arg(long)]
     pub verbose: bool,
+}
+
+impl Options {
+    /// The node consumers receive from: `--receive-from`, else `--address`.
+    pub(crate) fn receive_address(&self) -> &str {
+        self.receive_from.as_deref().unwrap_or(&self.address)
+    }
 }
 
 fn parse_size(text: &str) -> Result<usize, String> {

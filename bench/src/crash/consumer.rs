@@ -75,14 +75,15 @@ impl Consumer {
         backoff: &mut crate::Backoff,
     ) -> Result<()> {
         let options = &shared.options;
-        let mut link = timeout(REQUEST_TIMEOUT, shared.endpoint.connect(name, &options.address))
+        let address = options.receive_address();
+        let mut link = timeout(REQUEST_TIMEOUT, shared.endpoint.connect(name, address))
             .await
             .context("connecting timed out")??;
         let mut receiver = timeout(
             REQUEST_TIMEOUT,
             Receiver::builder()
                 .name(format!("{name}-receiver"))
-                .source(options.address.clone())
+                .source(address.to_owned())
                 .sender_settle_mode(SenderSettleMode::Unsettled)
                 .receiver_settle_mode(ReceiverSettleMode::First)
                 .credit_mode(CreditMode::Manual)
@@ -90,9 +91,9 @@ impl Consumer {
         )
         .await
         .context("attaching timed out")?
-        .with_context(|| format!("attaching a receiver to {}", options.address))?;
+        .with_context(|| format!("attaching a receiver to {address}"))?;
         let mut completer =
-            timeout(REQUEST_TIMEOUT, Completer::attach(&mut link.session, name, &options.address))
+            timeout(REQUEST_TIMEOUT, Completer::attach(&mut link.session, name, address))
                 .await
                 .context("attaching the management links timed out")??;
         receiver.set_credit(options.credit).await.context("granting credit")?;

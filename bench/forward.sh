@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Auto-forwarding benchmark: one ironbus (RocksDB with sync durability, or the memory store) with
+# three queues of PARTITIONS partitions: bench-direct, and bench-fwd-src whose ForwardTo is
+# bench-fwd-dst. Alternating rounds with the same load generator (ironbus-bench) and the same
+# flags: "direct" runs send to bench-direct and receive from it; "forward" runs send to
+# bench-fwd-src and receive from bench-fwd-dst, so every message takes one hop (the source's
+# transfer queue, the forwarder, the destination) before a consumer sees it. PRODUCERS producers
+# send durable messages of SIZE bytes while CONSUMERS consumers receive in MODE; a run ends when
+# MESSAGES have been received. Prints one line per run and, at the end, medians per kind (receive
+# rate, send rate, end-to-end p50/p99, broker CPU per message) and the forward / direct ratio.
+#
+#   bench/forward.sh                                  # 5 rounds, 4 P / 4 C, 1 KiB, peek-lock
+#   ROUNDS=3 MESSAGES=20000 STORE=memory bench/forward.sh
+#
+# Env: ROUNDS (5), MESSAGES (100000), PRODUCERS (4), CONSUMERS (4), PARTITIONS (16; 0: not
+# partitioned), SIZE (1024), MODE (peek-lock), ACCEPT_BATCH (1), CREDIT (100), WINDOW (100),
+# STORE (rocksdb), OUT (forward.jsonl), TIMEOUT per run (300), PAUSE (2), CLIENT (wire),
+# SERVER and BENCH (binaries to use instead of building release ones).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ROUNDS="${ROUNDS:-5}"
+MESSAGES="${MESSAGES:-100000}"
+PRODUCERS="${PRODUCERS:-4}"
+CONSUMERS="${CONSUMERS:-4}"
+PARTITIONS="${PARTITIONS:-16}"
+SIZE="${SIZE:-1024}"
+MODE="${MODE:-peek-lock}"
+ACCEPT_BATCH="${ACCEPT_BATCH:-1}"
+CREDIT="${CREDIT:-100}"
+WINDOW="${WINDOW:-100}"
+STORE="${STORE:-rocksdb}"
+OUT="${OUT:-forward.jsonl}"
+TIMEOUT="${TIMEOUT:-300}"
+PAUSE="${PAUSE:-2}"
+CLIENT="${CLIENT:-wire}"
+WORK="$(mktemp -d)"
+PORT="${PORT:-5693}"; HTTP="${HTTP_PORT:-5393}"
+SAS_USER=RootManageSharedAccessKey
+SAS_KEY=SAS_KEY_VALUE
+
+cd "$ROOT"
+if [ -z "${SERVER:-}" ] || [ -z "${BENCH:-}" ]; then
+  cargo build --release -p ironbus -p ironbus-bench
+  TARGET="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+  SERVER="$TARGET/release/ironbus"
+  BENCH="$TARGET/release/ironbus-bench"
+fi
+
+python3 - "$PARTITIONS" > "$WORK/config.json" <<'PY'
+import json, sys
+partitions = int(sys.argv[1])
+props = {"EnablePartitioning": True, "PartitionCount": partitions} if partitions else {}
+queues = [{"Name": "bench-direct", "Properties": dict(props)},
+          {"Name": "bench-fwd-dst", "Properties": dict(props)},
+          {"Name": "bench-fwd-src", "Properties": dict(props, ForwardTo="bench-fwd-dst")}]
+print(json.dumps({"UserConfig": {"Namespaces": [
+    {"Name": "sbemulatorns", "Queues": queues, "Topics": []}]}}))
+PY
+
+SERVER_PID=
+cleanup() {
+  if [ -n "$SERVER_PID" ]; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    # A stopping server still writes to its data directory: wait before removing it.
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+"$SERVER" --amqp-addr "127.0.0.1:$PORT" --http-addr "127.0.0.1:$HTTP" --https-addr off --amqps-addr off \
+  --config "$WORK/config.json" --store "$STORE" --data-dir "$WORK/data" \
+  > "$WORK/ironbus.log" 2>&1 &
+SERVER_PID=$!
+for _ in $(seq 150); do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then break; fi
+  kill -0 "$SERVER_PID" 2>/dev/null || { echo "ironbus exited: $(tail -5 "$WORK/ironbus.log")" >&2; exit 1; }
+  sleep 0.2
+done
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICKS="$(getconf CLK_TCK)"
+
+# bench_run KIND: one run ("direct" or "forward"); its JSON (plus CPU) is appended to $OUT.
+bench_run() {
+  local kind="$1" address from load before after
+  case $kind in
+    direct)  address=bench-direct; from=bench-direct;;
+    forward) address=bench-fwd-src; from=bench-fwd-dst;;
+  esac
+  load="$(cut -d' ' -f1 /proc/loadavg)"
+  before="$(cpu_ticks "$SERVER_PID")"
+  /usr/bin/time -f "%U %S" -o "$WORK/client.time" "$BENCH" --url "amqp://127.0.0.1:$PORT" \
+    --sasl-plain "$SAS_USER:$SAS_KEY" --address "$address" --receive-from "$from" \
+    --producers "$PRODUCERS" --consumers "$CONSUMERS" --mode "$MODE" \
+    --accept-batch "$ACCEPT_BATCH" --messages "$MESSAGES" --size "$SIZE" --durable \
+    --window "$WINDOW" --credit "$CREDIT" --timeout "$TIMEOUT" --client "$CLIENT" \
+    > "$WORK/run.json" 2> "$WORK/run.err" || tail -2 "$WORK/run.err" >&2
+  after="$(cpu_ticks "$SERVER_PID")"
+  python3 - "$ROUND" "$kind" "$load" "$before" "$after" "$TICKS" "$WORK/client.time" \
+      "$WORK/run.json" >> "$OUT" <<'PY'
+import json, sys
+rnd, kind, load, before, after, ticks, client_time, run = sys.argv[1:]
+lines = open(run).read().splitlines()
+report = json.loads(lines[-1]) if lines else {"error": "no report"}
+user, system = (float(x) for x in open(client_time).read().split()[-2:])
+received = max(report.get("received", 0), 1)
+report.update(round=int(rnd), kind=kind, load=float(load),
+              complete=report.get("received") == (report.get("expected") or report.get("messages")),
+              broker_cpu_us_per_msg=(int(after) - int(before)) / int(ticks) * 1e6 / received,
+              client_cpu_us_per_msg=(user + system) * 1e6 / received)
+print(json.dumps(report))
+PY
+  tail -1 "$OUT" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+print("round %d %-8s %8.0f recv/s  send %7.0f msg/s  p50 %7.1f ms  p99 %7.1f ms  broker %5.1f us/msg  client %5.1f us/msg  load %s%s" % (
+    r["round"], r["kind"], r.get("msgs_per_sec", 0), r.get("send_msgs_per_sec", 0),
+    r.get("p50_ms") or 0, r.get("p99_ms") or 0, r["broker_cpu_us_per_msg"],
+    r["client_cpu_us_per_msg"], r["load"], "" if r["complete"] else "  INCOMPLETE: " + str(r.get("error"))))'
+  sleep "$PAUSE"
+}
+
+: > "$OUT"
+for ROUND in $(seq "$ROUNDS"); do
+  # Alternate which kind goes first, so that neither always runs on a warmer server.
+  if [ $((ROUND % 2)) = 1 ]; then bench_run direct; bench_run forward
+  else bench_run forward; bench_run direct; fi
+done
+
+python3 - "$OUT" "$STORE" <<'PY'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+print(f"\nmedians over complete runs (range), store {sys.argv[2]}; ratio = forward / direct")
+medians = {}
+for kind in ("direct", "forward"):
+    runs = [r for r in rows if r["kind"] == kind and r["complete"]]
+    if not runs:
+        print(f"{kind:8} no complete run")
+        continue
+    rate = [r["msgs_per_sec"] for r in runs]
+    med = lambda key: statistics.median(r.get(key) or 0 for r in runs)
+    medians[kind] = statistics.median(rate)
+    print(f"{kind:8} n={len(runs)} {medians[kind]:8.0f} ({min(rate):.0f}-{max(rate):.0f}) recv/s  "
+          f"send {med('send_msgs_per_sec'):7.0f} msg/s  p50 {med('p50_ms'):7.1f}  "
+          f"p99 {med('p99_ms'):7.1f} ms  broker {med('broker_cpu_us_per_msg'):5.1f}  "
+          f"client {med('client_cpu_us_per_msg'):5.1f} us/msg")
+if len(medians) == 2:
+    print(f"forward / direct = {medians['forward'] / medians['direct']:.2f}")
+    pairs = {}
+    for r in rows:
+        if r["complete"]:
+            pairs.setdefault(r["round"], {})[r["kind"]] = r["msgs_per_sec"]
+    print("per-round ratios: " + ", ".join(
+        f"{p['forward'] / p['direct']:.2f}" for _, p in sorted(pairs.items()) if len(p) == 2))
+PY
