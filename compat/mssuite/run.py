@@ -77,6 +77,29 @@ def test_files(root: Path) -> List[str]:
     return files
 
 
+CA_BEGIN = "# ironbus development CA (compat/mssuite/run.py) begin\n"
+CA_END = "# ironbus development CA end\n"
+
+
+def trust_development_ca() -> None:
+    """Adds ironbus's development CA to the venv's certifi bundle, replacing the one of an earlier
+    run: the SDK's AMQP-over-TLS and WebSocket transports verify the server against
+    ``certifi.where()`` unless a test passes ``connection_verify`` (the suite's do not), as a
+    machine that trusts its namespace's certificate would. Only ``.venv`` is touched."""
+    import certifi
+
+    bundle = Path(certifi.where())
+    text = bundle.read_text(encoding="utf-8")
+    start = text.find(CA_BEGIN)
+    if start >= 0:
+        end = text.find(CA_END, start)
+        text = text[:start] + (text[end + len(CA_END):] if end >= 0 else "")
+    ca = Path(os.environ["IRONBUS_CA_CERT"]).read_text(encoding="utf-8")
+    if not text.endswith("\n"):
+        text += "\n"
+    bundle.write_text(text + CA_BEGIN + ca.strip() + "\n" + CA_END, encoding="utf-8")
+
+
 def run_pytest(root: Path, results: Path, pytest_args: List[str]) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(STANDINS)] + [p for p in [env.get("PYTHONPATH")] if p])
@@ -163,6 +186,7 @@ def main() -> int:
     parser.add_argument("--update-expected", action="store_true", help="rewrite expected-failures.txt")
     args, pytest_args = parser.parse_known_args()
     root = sdist_root()
+    trust_development_ca()
     WORK_DIR.mkdir(exist_ok=True)
     results_path = WORK_DIR / "results.json"
     results_path.unlink(missing_ok=True)

@@ -57,6 +57,11 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const SUITE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// How long Microsoft's suite may run (hundreds of tests, some waiting out lock durations).
 const MSSUITE_TIMEOUT: Duration = Duration::from_secs(90 * 60);
+/// Microsoft's suite addresses the namespace by host name alone (`localhost`), so its clients
+/// use Service Bus's own ports: HTTPS 443 (the admin API, AMQP over WebSockets) and AMQPS 5671.
+/// A run that includes it binds the server there (and fails early when they are taken).
+const MSSUITE_HTTPS_PORT: u16 = 443;
+const MSSUITE_AMQPS_PORT: u16 = 5671;
 /// How long the server may take to exit after SIGTERM before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Lines of the server log shown when something failed.
@@ -108,6 +113,9 @@ const QUEUES: &[(&str, &[(&str, Prop)])] = &[
     ("oversize", &[("MaxMessageSizeInKilobytes", Prop::Int(256))]),
     ("rest", &[("LockDuration", Prop::Str("PT10S"))]),
     ("metrics", &[]),
+    // AMQP over TLS and over WebSockets (test_transports.py, transports.test.mjs).
+    ("tls", &[]),
+    ("websocket", &[]),
 ];
 
 /// The Rust suite's queue (`compat/rust` reads `IRONBUS_RUST_QUEUE`, default `rust-q`); its tests
@@ -218,8 +226,14 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let port = free_port()?;
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let http = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
-    let https = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
-    let amqps = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
+    let standard_ports = suites.iter().any(|suite| suite.name == "mssuite");
+    let (https, amqps) = if standard_ports {
+        (standard_port(MSSUITE_HTTPS_PORT)?, standard_port(MSSUITE_AMQPS_PORT)?)
+    } else {
+        (free_port()?, free_port()?)
+    };
+    let https = SocketAddr::from((Ipv4Addr::LOCALHOST, https));
+    let amqps = SocketAddr::from((Ipv4Addr::LOCALHOST, amqps));
     let data_dir = work.path.join("data");
 
     let mut command = Command::new(&binary);
@@ -564,6 +578,15 @@ pub(crate) fn free_port() -> Result<u16> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .context("binding 127.0.0.1:0 for a free port")?;
     Ok(listener.local_addr().context("reading the bound address")?.port())
+}
+
+/// `port` on the loopback interface, after checking that nothing listens there (the readiness
+/// check would otherwise find the other listener).
+fn standard_port(port: u16) -> Result<u16> {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, port)).with_context(|| {
+        format!("Microsoft's suite needs 127.0.0.1:{port} (Service Bus's port) and it is taken")
+    })?;
+    Ok(port)
 }
 
 /// Waits for `child` to exit, at most `timeout`; kills it after that (`Ok(None)`).

@@ -5,10 +5,12 @@ Shared by the ``devtools_testutils`` stand-in and the ``servicebus_preparer`` st
 - ``IRONBUS_CONNECTION_STRING``: the AMQP listener, plain AMQP (``UseDevelopmentEmulator=true``).
   Handed to the tests wherever they ask for a connection string.
 - ``IRONBUS_ADMIN_CONNECTION_STRING``: ``Endpoint=sb://localhost:<https-port>;...``, the HTTPS
-  listener. Its host and port are the "fully qualified namespace" the tests get, so the tests'
-  own ``ServiceBusAdministrationClient(fully_qualified_namespace, credential)`` reaches ironbus's
-  admin API. (An AMQP client given the same name connects with TLS to port 5671, as against
-  Service Bus: ironbus has no AMQP-over-TLS listener yet, so those tests fail for now.)
+  listener. Its host (and its port, unless it is 443) are the "fully qualified namespace" the
+  tests get, so the tests' own ``ServiceBusAdministrationClient(fully_qualified_namespace,
+  credential)`` reaches ironbus's admin API. ``cargo xtask compat mssuite`` binds HTTPS to 443
+  and AMQPS to 5671, Service Bus's ports: the name is then plain ``localhost``, and an AMQP client
+  given it connects with TLS to 5671 (with WebSockets, to 443), as against Service Bus. (A port
+  in the name would send the AMQP clients to the HTTPS listener.)
 - ``IRONBUS_CA_CERT``: the development CA of the HTTPS listener (the harness also exports it as
   ``REQUESTS_CA_BUNDLE``, which the tests' admin clients use through azure-core).
 """
@@ -59,8 +61,10 @@ def host() -> str:
 
 
 def endpoint_suffix() -> str:
-    """What follows the namespace's name in its fully qualified name: ``:<https-port>``."""
-    return ":" + _endpoint_host_port()[1]
+    """What follows the namespace's name in its fully qualified name: ``:<https-port>``, or nothing
+    when the HTTPS listener is on 443."""
+    port = _endpoint_host_port()[1]
+    return "" if port in ("", "443") else ":" + port
 
 
 def fully_qualified_namespace() -> str:
