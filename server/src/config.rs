@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use ironbus_core::auth::{AuthorizationRule, Authorizer, Rights, SasPolicy};
 use ironbus_core::{
     Broker, BrokerError, CorrelationFilterDescription, EntityDescription, EntityPath, EntityStatus,
     PropertyValue, QueueDescription, RuleAction, RuleDescription, RuleFilter,
@@ -187,6 +188,7 @@ fn topic_description(props: Option<&Map<String, Value>>) -> Result<TopicDescript
             "AutoDeleteOnIdle" => d.auto_delete_on_idle = p.duration()?,
             "Status" => d.status = p.status()?,
             "UserMetadata" => d.user_metadata = Some(p.text()?.to_owned()),
+            "AuthorizationRules" => d.authorization_rules = authorization_rules(value)?,
             other => bail!("unknown topic property {other}"),
         }
     }
@@ -357,10 +359,83 @@ fn queue_description(properties: Option<&Value>) -> Result<QueueDescription> {
                 }
             }
             "UserMetadata" => d.user_metadata = Some(text()?.to_owned()),
+            "AuthorizationRules" => d.authorization_rules = authorization_rules(value)?,
             other => bail!("unknown queue property {other}"),
         }
     }
     Ok(d)
+}
+
+/// The namespace's policies: the root policy (RootManageSharedAccessKey), those given with
+/// `--policy`, then those the config file at `config` declares. Names must be unique.
+pub fn authorizer(
+    root: SasPolicy,
+    flags: &[SasPolicy],
+    config: Option<&std::path::Path>,
+) -> Result<Authorizer> {
+    let mut all = vec![root];
+    all.extend_from_slice(flags);
+    if let Some(path) = config {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
+        all.extend(policies(&text).with_context(|| format!("config {}", path.display()))?);
+    }
+    Authorizer::new(all).context("shared access policies")
+}
+
+/// The namespace policies the file declares beyond the root key (an ironbus extension of the
+/// emulator's format): `UserConfig.Namespaces[].Policies`, each `{"Name", "Key", "Rights"}`.
+pub fn policies(text: &str) -> Result<Vec<SasPolicy>> {
+    let root: Value = serde_json::from_str(text).context("config is not valid JSON")?;
+    let namespaces = root.get("UserConfig").and_then(|u| u.get("Namespaces"));
+    let mut policies = Vec::new();
+    for namespace in namespaces.and_then(Value::as_array).into_iter().flatten() {
+        for policy in namespace.get("Policies").and_then(Value::as_array).into_iter().flatten() {
+            let name = name_of(policy, "policy")?;
+            let context = || format!("policy {name}");
+            let key = policy
+                .get("Key")
+                .and_then(Value::as_str)
+                .context("every policy needs a Key")
+                .with_context(context)?;
+            let rights = rights(policy.get("Rights")).with_context(context)?;
+            policies.push(SasPolicy::new(name.clone(), key, rights));
+        }
+    }
+    Ok(policies)
+}
+
+/// `Rights` as a list (`["Listen", "Send"]`) or one string (`"Listen,Send"`).
+fn rights(value: Option<&Value>) -> Result<Rights> {
+    let text = match value {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| item.as_str().context("Rights must be strings"))
+            .collect::<Result<Vec<_>>>()?
+            .join(","),
+        _ => bail!("Rights must list Manage, Send and/or Listen"),
+    };
+    Ok(text.parse()?)
+}
+
+/// A queue's or topic's `AuthorizationRules`: `[{"KeyName", "PrimaryKey", "SecondaryKey",
+/// "Rights"}]`, as in an ATOM description.
+fn authorization_rules(value: &Value) -> Result<Vec<AuthorizationRule>> {
+    let list = value.as_array().context("AuthorizationRules must be a list")?;
+    let mut rules = Vec::with_capacity(list.len());
+    for rule in list {
+        let field = |name: &str| rule.get(name).and_then(Value::as_str);
+        let key_name = field("KeyName").context("every authorization rule needs a KeyName")?;
+        let context = || format!("authorization rule {key_name}");
+        let primary = field("PrimaryKey")
+            .context("every authorization rule needs a PrimaryKey")
+            .with_context(context)?;
+        let secondary = field("SecondaryKey").unwrap_or_default();
+        let rights = rights(rule.get("Rights")).with_context(context)?;
+        rules.push(AuthorizationRule::new(key_name, primary, secondary, rights));
+    }
+    Ok(rules)
 }
 
 /// Parses an ISO 8601 duration as .NET writes time spans: `PT1M`, `PT20S`, `P14D`, `PT0.5S`,
@@ -595,6 +670,54 @@ mod tests {
         let declared = parse(text).unwrap();
         // A queue, a topic, two subscriptions and one declared rule.
         assert_eq!(declared.entity_count(), 1 + 1 + 2 + 1);
+    }
+
+    #[test]
+    fn policies_and_entity_authorization_rules_are_declared() {
+        let text = r#"{"UserConfig": {"Namespaces": [{"Name": "n",
+            "Policies": [{"Name": "reader", "Key": "rk", "Rights": ["Listen"]},
+                         {"Name": "app", "Key": "ak", "Rights": "Send,Listen"}],
+            "Queues": [{"Name": "q", "Properties": {"AuthorizationRules": [
+                {"KeyName": "qsend", "PrimaryKey": "p", "SecondaryKey": "s", "Rights": ["Send"]}]}}],
+            "Topics": [{"Name": "t", "Properties": {"AuthorizationRules": [
+                {"KeyName": "tall", "PrimaryKey": "p", "Rights": ["Manage"]}]}}]}]}}"#;
+        let declared_policies = policies(text).unwrap();
+        assert_eq!(
+            declared_policies,
+            [
+                SasPolicy::new("reader", "rk", Rights::LISTEN),
+                SasPolicy::new("app", "ak", Rights::SEND.with(ironbus_core::auth::Right::Listen)),
+            ]
+        );
+        let declared = parse(text).unwrap();
+        assert_eq!(
+            declared.queues[0].description.authorization_rules,
+            [AuthorizationRule::new("qsend", "p", "s", Rights::SEND)]
+        );
+        assert_eq!(
+            declared.topics[0].description.authorization_rules,
+            [AuthorizationRule::new("tall", "p", "", Rights::MANAGE)]
+        );
+        for (bad, wants) in [
+            (r#"{"Name": "x", "Rights": ["Listen"]}"#, "Key"),
+            (r#"{"Name": "x", "Key": "k", "Rights": ["Read"]}"#, "Read"),
+            (r#"{"Name": "x", "Key": "k"}"#, "Rights"),
+            (r#"{"Key": "k", "Rights": "Send"}"#, "Name"),
+        ] {
+            let text = format!(r#"{{"UserConfig": {{"Namespaces": [{{"Policies": [{bad}]}}]}}}}"#);
+            let error = format!("{:#}", policies(&text).unwrap_err());
+            assert!(error.contains(wants), "{bad}: {error}");
+        }
+        assert!(policies(r#"{"UserConfig": {"Namespaces": [{"Name": "n"}]}}"#).unwrap().is_empty());
+
+        let root = SasPolicy::new("RootManageSharedAccessKey", "root", Rights::MANAGE);
+        let flags = [SasPolicy::new("reader", "other", Rights::SEND)];
+        let auth = authorizer(root.clone(), &flags, None).unwrap();
+        assert_eq!(auth.policies().len(), 2);
+        assert!(auth.verify_key("reader", "other").is_ok());
+        let twice = [flags[0].clone(), flags[0].clone()];
+        let error = format!("{:#}", authorizer(root, &twice, None).unwrap_err());
+        assert!(error.contains("more than once"), "{error}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use ironbus_core::auth::{Authorizer, Rights, SasPolicy, DEVELOPMENT_KEY, DEVELOPMENT_POLICY_NAME};
+use ironbus_core::auth::{Rights, SasPolicy, DEVELOPMENT_KEY, DEVELOPMENT_POLICY_NAME};
 use ironbus_core::{
     shutdown_signal, Broker, BrokerOptions, NamespaceLimits, Store, SystemClock, Transport,
 };
@@ -64,6 +64,16 @@ struct Args {
     /// well-known development key is used, and only loopback addresses may be served.
     #[arg(long, env = "IRONBUS_SAS_KEY", hide_env_values = true)]
     sas_key: Option<String>,
+    /// A further namespace policy, `name:key:rights` (rights: Manage, Send, Listen, joined by
+    /// `,`; Manage implies Send and Listen), e.g. `--policy reader:KEY:Listen`. Repeatable; the
+    /// environment variable takes several separated by `;`.
+    #[arg(
+        long = "policy",
+        env = "IRONBUS_POLICIES",
+        value_delimiter = ';',
+        hide_env_values = true
+    )]
+    policies: Vec<SasPolicy>,
     /// Most entities (queues and topics) in the namespace.
     #[arg(long, env = "IRONBUS_MAX_ENTITIES", default_value_t = 10_000)]
     max_entities: usize,
@@ -135,11 +145,8 @@ async fn main() -> anyhow::Result<()> {
     let amqps_addr = http::parse_addr("amqps-addr", &args.amqps_addr)?;
     let metrics = http::install_metrics()?;
 
-    let (authorizer, key) = match &args.sas_key {
-        Some(key) => {
-            let policy = SasPolicy::new(DEVELOPMENT_POLICY_NAME, key.clone(), Rights::MANAGE);
-            (Authorizer::new(vec![policy]).context("--sas-key")?, None)
-        }
+    let (root, key) = match &args.sas_key {
+        Some(key) => (SasPolicy::new(DEVELOPMENT_POLICY_NAME, key.clone(), Rights::MANAGE), None),
         None => {
             let mut addrs =
                 std::iter::once(args.amqp_addr).chain(amqps_addr).chain(args.http.addrs()?);
@@ -153,9 +160,13 @@ async fn main() -> anyhow::Result<()> {
                 "running with the emulator's well-known development key ({DEVELOPMENT_KEY}); \
                  anyone who can reach the port can use it. Set --sas-key for a real key"
             );
-            (Authorizer::development(), Some(DEVELOPMENT_KEY))
+            (
+                SasPolicy::new(DEVELOPMENT_POLICY_NAME, DEVELOPMENT_KEY, Rights::MANAGE),
+                Some(DEVELOPMENT_KEY),
+            )
         }
     };
+    let authorizer = config::authorizer(root, &args.policies, args.config.as_deref())?;
 
     let stores = open_stores(&args)?;
     let (stores, faults) = args.http.wrap_stores(stores);
