@@ -17,6 +17,11 @@ runs this script with the venv's Python and the ``IRONBUS_*`` variables set. Ste
 
 Arguments after the options go to pytest (``-k queue``, a test id); a partial run only judges the
 tests it ran.
+
+``--quick`` runs the representative subset of ``QUICK`` (what CI runs, a few minutes): a file or
+test of each area, the TLS transport included. ``--samples`` runs the sdist's
+``samples/sync_samples`` instead of the tests, each as a script with the environment variables
+the samples read, and judges them against ``samples-not-applicable.txt`` the same way.
 """
 
 import argparse
@@ -37,6 +42,30 @@ HERE = Path(__file__).resolve().parent
 SDIST_DIR = HERE / ".sdist"
 WORK_DIR = HERE / ".work"
 EXPECTED = HERE / "expected-failures.txt"
+SAMPLES_NOT_APPLICABLE = HERE / "samples-not-applicable.txt"
+SAMPLE_STANDINS = HERE / "standins" / "samples"
+# Per-sample deadline: auto_lock_renew.py sleeps through 280 s of simulated work.
+SAMPLE_TIMEOUT_SECONDS = 420
+# The representative subset (``--quick``, CI): management of every entity kind, the message and
+# batch models, queues over AMQP over TLS (send, receive, settle, defer, schedule, peek), sessions,
+# topics and subscriptions, the client and its credentials.
+QUICK = [
+    "tests/mgmt_tests/test_mgmt_queues.py",
+    "tests/mgmt_tests/test_mgmt_rules.py",
+    "tests/test_message.py",
+    "tests/test_batch_sizing.py",
+    "tests/test_queues.py::TestServiceBusQueue::test_receive_and_delete_reconnect_interaction",
+    "tests/test_queues.py::TestServiceBusQueue::test_queue_by_queue_client_conn_str_receive_handler_peeklock",
+    "tests/test_queues.py::TestServiceBusQueue::test_queue_by_servicebus_client_iter_messages_with_retrieve_deferred_client",
+    "tests/test_queues.py::TestServiceBusQueue::test_queue_schedule_multiple_messages",
+    "tests/test_queues.py::TestServiceBusQueue::test_queue_message_settle_through_mgmt_link_due_to_broken_receiver_link",
+    "tests/test_queues.py::TestServiceBusQueue::test_message_inner_amqp_properties",
+    "tests/test_sessions.py::TestServiceBusSession::test_session_by_session_client_conn_str_receive_handler_peeklock",
+    "tests/test_sessions.py::TestServiceBusSession::test_session_get_set_state_with_receiver",
+    "tests/test_topic.py",
+    "tests/test_subscriptions.py::TestServiceBusSubscription::test_subscription_by_subscription_client_conn_str_receive_basic",
+    "tests/test_sb_client.py::TestServiceBusClient::test_sb_client_bad_credentials",
+]
 STANDINS = HERE / "standins"
 # Per-test deadline: the longest tests wait out several lock durations.
 TEST_TIMEOUT_SECONDS = 180
@@ -119,6 +148,61 @@ def run_pytest(root: Path, results: Path, pytest_args: List[str]) -> None:
     subprocess.run(command, cwd=root, env=env, check=False)
 
 
+def samples_env() -> Dict[str, str]:
+    """The environment variables the samples read, for ironbus's standing entities (created if
+    missing), with the namespace addressed as on Service Bus: ``localhost`` on ports 443 and
+    5671, and a connection string without ``UseDevelopmentEmulator``."""
+    sys.path.insert(0, str(STANDINS))
+    import ironbus_target
+    import servicebus_preparer
+
+    live = servicebus_preparer.environment()
+    namespace = ironbus_target.fully_qualified_namespace()
+    key_name, key = ironbus_target.KEY_NAME, ironbus_target.shared_access_key()
+    return {
+        "SERVICEBUS_CONNECTION_STR": (
+            f"Endpoint=sb://{namespace}/;SharedAccessKeyName={key_name};SharedAccessKey={key}"
+        ),
+        "SERVICEBUS_FULLY_QUALIFIED_NAMESPACE": namespace,
+        "SERVICEBUS_QUEUE_NAME": live["servicebus_queue_name"],
+        "SERVICEBUS_SESSION_QUEUE_NAME": live["servicebus_session_queue_name"],
+        "SERVICEBUS_SESSION_ID": live["servicebus_session_id"],
+        "SERVICEBUS_TOPIC_NAME": live["servicebus_topic_name"],
+        "SERVICEBUS_SUBSCRIPTION_NAME": live["servicebus_subscription_name"],
+        "SERVICEBUS_SAS_POLICY": key_name,
+        "SERVICEBUS_SAS_KEY": key,
+    }
+
+
+def run_samples(root: Path, selection: List[str]) -> Dict[str, dict]:
+    """Runs each sync sample as a script; its outcome by ``samples/sync_samples/<name>``."""
+    directory = root / "samples" / "sync_samples"
+    names = sorted(p.name for p in directory.glob("*.py"))
+    if selection:
+        names = [n for n in names if any(s in n for s in selection)]
+    env = dict(os.environ)
+    env.update(samples_env())
+    env["PYTHONPATH"] = os.pathsep.join([str(SAMPLE_STANDINS), str(STANDINS)])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    results = {}
+    for name in names:
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                [sys.executable, name], cwd=directory, env=env, capture_output=True, text=True,
+                timeout=SAMPLE_TIMEOUT_SECONDS, check=False,
+            )
+            outcome = "passed" if done.returncode == 0 else "failed"
+            output = (done.stderr or done.stdout).strip().splitlines()
+            message = output[-1][:300] if output and outcome == "failed" else ""
+        except subprocess.TimeoutExpired:
+            outcome, message = "failed", f"still running after {SAMPLE_TIMEOUT_SECONDS} s"
+        elapsed = time.monotonic() - started
+        print(f"{outcome:>7}  {elapsed:6.1f} s  {name}  {message}", flush=True)
+        results[f"samples/sync_samples/{name}"] = {"outcome": outcome, "message": message}
+    return results
+
+
 def file_of(node_id: str) -> str:
     return node_id.split("::", 1)[0]
 
@@ -139,12 +223,12 @@ def summary(results: Dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def read_expected() -> Dict[str, str]:
+def read_expected(path: Path = EXPECTED) -> Dict[str, str]:
     """Test id -> ``category: note`` from ``expected-failures.txt`` (``<id>  <category>  # note``)."""
     expected = {}
-    if not EXPECTED.exists():
+    if not path.exists():
         return expected
-    for line in EXPECTED.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -153,9 +237,9 @@ def read_expected() -> Dict[str, str]:
     return expected
 
 
-def write_expected(results: Dict[str, dict], old: Dict[str, str]) -> None:
+def write_expected(results: Dict[str, dict], old: Dict[str, str], path: Path = EXPECTED) -> None:
     header = [
-        line for line in (EXPECTED.read_text(encoding="utf-8").splitlines() if EXPECTED.exists() else [])
+        line for line in (path.read_text(encoding="utf-8").splitlines() if path.exists() else [])
         if line.startswith("#")
     ]
     body = []
@@ -163,8 +247,8 @@ def write_expected(results: Dict[str, dict], old: Dict[str, str]) -> None:
         if results[node_id]["outcome"] in FAILING:
             reason = old.get(node_id) or f"unknown  # {results[node_id]['message'][:120]}"
             body.append(f"{node_id}  {reason}")
-    EXPECTED.write_text("\n".join(header + body) + "\n", encoding="utf-8")
-    print(f"wrote {EXPECTED} ({len(body)} expected failures)")
+    path.write_text("\n".join(header + body) + "\n", encoding="utf-8")
+    print(f"wrote {path} ({len(body)} expected failures)")
 
 
 def judge(results: Dict[str, dict], expected: Dict[str, str]) -> Tuple[List[str], List[str]]:
@@ -183,37 +267,48 @@ def judge(results: Dict[str, dict], expected: Dict[str, str]) -> Tuple[List[str]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--update-expected", action="store_true", help="rewrite expected-failures.txt")
+    parser.add_argument("--update-expected", action="store_true", help="rewrite the expected list")
+    parser.add_argument("--quick", action="store_true", help="the representative subset (CI)")
+    parser.add_argument("--samples", action="store_true", help="run samples/sync_samples instead")
     args, pytest_args = parser.parse_known_args()
     root = sdist_root()
     trust_development_ca()
     WORK_DIR.mkdir(exist_ok=True)
-    results_path = WORK_DIR / "results.json"
+    results_path = WORK_DIR / ("samples.json" if args.samples else "results.json")
     results_path.unlink(missing_ok=True)
     started = time.monotonic()
-    run_pytest(root, results_path, pytest_args)
+    expected_path = SAMPLES_NOT_APPLICABLE if args.samples else EXPECTED
+    if args.samples:
+        results = run_samples(root, pytest_args)
+        results_path.write_text(json.dumps(results, indent=1), encoding="utf-8")
+    else:
+        if args.quick:
+            pytest_args = pytest_args + QUICK
+        run_pytest(root, results_path, pytest_args)
+        if not results_path.exists():
+            print("pytest wrote no results (see its output above)")
+            return 1
+        results = json.loads(results_path.read_text(encoding="utf-8"))
     elapsed = time.monotonic() - started
-    if not results_path.exists():
-        print("pytest wrote no results (see its output above)")
-        return 1
-    results = json.loads(results_path.read_text(encoding="utf-8"))
-    expected = read_expected()
+    expected = read_expected(expected_path)
     table = summary(results)
     unexpected_failures, unexpected_passes = judge(results, expected)
+    what = "samples" if args.samples else "tests"
     report = [
-        f"azure-servicebus {SDK_VERSION} test suite against ironbus: {len(results)} tests in {elapsed:.0f} s",
+        f"azure-servicebus {SDK_VERSION} {what} against ironbus: {len(results)} in {elapsed:.0f} s",
         table,
         f"unexpected failures ({len(unexpected_failures)}):",
         *("  " + line for line in unexpected_failures),
-        f"unexpected passes ({len(unexpected_passes)}): remove them from expected-failures.txt",
+        f"unexpected passes ({len(unexpected_passes)}): remove them from {expected_path.name}",
         *("  " + line for line in unexpected_passes),
     ]
     text = "\n".join(report)
-    (WORK_DIR / "summary.txt").write_text(text + "\n", encoding="utf-8")
+    summary_path = WORK_DIR / ("samples-summary.txt" if args.samples else "summary.txt")
+    summary_path.write_text(text + "\n", encoding="utf-8")
     print("\n" + text)
-    print(f"(written to {WORK_DIR / 'summary.txt'}; per-test results in {results_path})")
+    print(f"(written to {summary_path}; per-item results in {results_path})")
     if args.update_expected:
-        write_expected(results, expected)
+        write_expected(results, expected, expected_path)
         return 0
     return 1 if unexpected_failures or unexpected_passes else 0
 
