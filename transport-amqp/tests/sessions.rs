@@ -389,3 +389,180 @@ async fn a_waiting_accept_next_leaves_the_connection_working_and_takes_a_new_ses
     guard(receiver.close()).await.unwrap();
     connection.close().await.unwrap();
 }
+
+/// A raw client holding session `id` of `sq` on link handle 0 with `credit`: the frames up to
+/// the attach and flow, in one write.
+fn raw_session_receiver(id: &str, credit: u32) -> Vec<u8> {
+    use fe2o3_amqp::types::definitions::{Handle, ReceiverSettleMode, Role};
+    use fe2o3_amqp::types::performatives::{Attach, Performative};
+    let source = Source::builder()
+        .address("sq")
+        .add_to_filter_using_legacy_format(
+            Symbol::from("com.microsoft:session-filter"),
+            Value::String(id.to_owned()),
+        )
+        .build();
+    let attach = Attach {
+        name: format!("raw-{id}"),
+        handle: Handle(0),
+        role: Role::Receiver,
+        snd_settle_mode: SenderSettleMode::Unsettled,
+        rcv_settle_mode: ReceiverSettleMode::First,
+        source: Some(Box::new(source)),
+        target: None,
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: None,
+        max_message_size: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    };
+    let mut out = common::raw::SASL_HEADER.to_vec();
+    out.extend(common::raw::sasl_init());
+    out.extend(common::raw::AMQP_HEADER);
+    out.extend(common::raw::open());
+    out.extend(common::raw::begin());
+    out.extend(common::raw::performative(0, Performative::Attach(attach)));
+    out.extend(common::raw::flow(Some(0), credit, false));
+    out
+}
+
+/// An accept of deliveries `first..=last` (settled, or waiting for the broker's outcome).
+fn raw_accept(first: u32, last: u32, settled: bool) -> Vec<u8> {
+    use fe2o3_amqp::types::definitions::Role;
+    use fe2o3_amqp::types::messaging::{Accepted, DeliveryState};
+    use fe2o3_amqp::types::performatives::{Disposition, Performative};
+    let disposition = Disposition {
+        role: Role::Receiver,
+        first,
+        last: Some(last),
+        settled,
+        state: Some(DeliveryState::Accepted(Accepted {})),
+        batchable: false,
+    };
+    common::raw::performative(0, Performative::Disposition(disposition))
+}
+
+fn raw_detach() -> Vec<u8> {
+    use fe2o3_amqp::types::definitions::Handle;
+    use fe2o3_amqp::types::performatives::{Detach, Performative};
+    common::raw::performative(
+        0,
+        Performative::Detach(Detach { handle: Handle(0), closed: true, error: None }),
+    )
+}
+
+type RawReader = ironbus_transport_amqp::frame::FrameReader<tokio::net::tcp::OwnedReadHalf>;
+
+/// Reads frames until `done` says so of one; returns the performatives read.
+async fn raw_read_until(
+    reader: &mut RawReader,
+    mut done: impl FnMut(&fe2o3_amqp::types::performatives::Performative) -> bool,
+) -> Vec<fe2o3_amqp::types::performatives::Performative> {
+    use ironbus_transport_amqp::frame::InFrame;
+    let mut seen = Vec::new();
+    loop {
+        match guard(reader.read_frame()).await.expect("a frame") {
+            InFrame::Amqp { performative, .. } => {
+                let stop = done(&performative);
+                seen.push(*performative);
+                if stop {
+                    return seen;
+                }
+            }
+            InFrame::Sasl(fe2o3_amqp::frames::sasl::Frame::Outcome(_)) => {
+                // The outcome is followed by the AMQP header.
+                reader.read_header().await.unwrap();
+            }
+            InFrame::Sasl(_) => {}
+            InFrame::Empty => {}
+        }
+    }
+}
+
+/// Connects a raw client holding session `id` and reads until `n` of its messages arrived.
+async fn raw_receive(addr: &str, id: &str, n: u32) -> (tokio::net::tcp::OwnedWriteHalf, RawReader) {
+    use fe2o3_amqp::types::performatives::Performative;
+    use tokio::io::AsyncWriteExt;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (read, mut write) = stream.into_split();
+    write.write_all(&raw_session_receiver(id, n)).await.unwrap();
+    let mut reader = ironbus_transport_amqp::frame::FrameReader::new(read);
+    reader.set_max_frame_size(1 << 20);
+    reader.read_header().await.unwrap();
+    let mut transfers = 0;
+    raw_read_until(&mut reader, |p| {
+        transfers += u32::from(matches!(p, Performative::Transfer(_)));
+        transfers == n
+    })
+    .await;
+    (write, reader)
+}
+
+/// A broker serving session queue `sq` with `n` messages in session `id`; its address.
+async fn start_with(id: &str, n: usize) -> (Broker, ManualClock, String, ShutdownTrigger) {
+    let (broker, clock, url, trigger) = start().await;
+    let messages =
+        (0..n).map(|i| ironbus_core::Message::new(format!("m{i}")).with_session_id(id)).collect();
+    broker.send("sq", messages).await.unwrap();
+    let addr = url.rsplit('@').next().unwrap().to_owned();
+    (broker, clock, addr, trigger)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settled_accepts_read_with_the_detach_complete_before_the_session_is_released() {
+    use fe2o3_amqp::types::performatives::Performative;
+    use tokio::io::AsyncWriteExt;
+    let (broker, _clock, addr, _trigger) = start_with("s", 10).await;
+    let (mut write, mut reader) = raw_receive(&addr, "s", 10).await;
+    // The accepts (settled: no outcome comes back) and the detach in one write, so that the
+    // broker reads them in one turn.
+    let mut burst = raw_accept(0, 9, true);
+    burst.extend(raw_detach());
+    write.write_all(&burst).await.unwrap();
+    raw_read_until(&mut reader, |p| matches!(p, Performative::Detach(_))).await;
+    // Completed, not released with the session (and redelivered).
+    let left = broker.peek("sq", ironbus_core::SequenceNumber(0), 100).await.unwrap();
+    assert!(left.is_empty(), "{} messages left after their accepts", left.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disposition_after_the_session_link_detached_fails_with_session_lock_lost() {
+    use fe2o3_amqp::types::messaging::DeliveryState;
+    use fe2o3_amqp::types::performatives::Performative;
+    use tokio::io::AsyncWriteExt;
+    let (broker, _clock, addr, _trigger) = start_with("s", 3).await;
+    let (mut write, mut reader) = raw_receive(&addr, "s", 3).await;
+    write.write_all(&raw_detach()).await.unwrap();
+    raw_read_until(&mut reader, |p| matches!(p, Performative::Detach(_))).await;
+    // Too late: the session was released with the link. Each delivery's outcome says so.
+    write.write_all(&raw_accept(0, 2, false)).await.unwrap();
+    let mut refused = Vec::new();
+    raw_read_until(&mut reader, |p| {
+        if let Performative::Disposition(d) = p {
+            match &d.state {
+                Some(DeliveryState::Rejected(r)) => {
+                    let condition = r.error.as_ref().map(|e| e.condition.clone());
+                    assert_eq!(
+                        condition,
+                        Some(ErrorCondition::Custom(Symbol::from(
+                            "com.microsoft:session-lock-lost"
+                        )))
+                    );
+                    assert!(d.settled);
+                    refused.push(d.first);
+                }
+                other => panic!("a late accept succeeded: {other:?}"),
+            }
+        }
+        refused.len() == 3
+    })
+    .await;
+    assert_eq!(refused, [0, 1, 2]);
+    // The messages were released, not completed: the session has them, delivery count
+    // unchanged.
+    let left = broker.peek("sq", ironbus_core::SequenceNumber(0), 100).await.unwrap();
+    assert_eq!(left.len(), 3);
+    assert!(left.iter().all(|m| m.broker.delivery_count == 0), "{left:?}");
+}

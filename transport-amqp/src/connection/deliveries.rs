@@ -11,7 +11,7 @@ use ironbus_core::{
 };
 
 use crate::codec;
-use crate::error::WireError;
+use crate::error::{WireError, SESSION_LOCK_LOST};
 use crate::frame::{self};
 use crate::management;
 
@@ -167,6 +167,10 @@ impl Connection {
         } else {
             session.unsettled.keys().copied().filter(|id| id.wrapping_sub(first) <= span).collect()
         };
+        if !session.lost.is_empty() {
+            self.refuse_lost(channel, first, span, disposition.settled);
+        }
+        let Some(session) = self.sessions.get_mut(&channel) else { return Ok(()) };
         for id in ids {
             let Some(unsettled) = session.unsettled.remove(&id) else { continue };
             let (core, echo) = match &disposition.state {
@@ -217,6 +221,43 @@ impl Connection {
             });
         }
         Ok(())
+    }
+
+    /// Answers a disposition of deliveries whose session link is gone: each fails with
+    /// `com.microsoft:session-lock-lost` (amqp.md §7) — when the client waits for the outcome
+    /// (not `settled`); a settled one gets nothing, like any failed settled disposition.
+    fn refuse_lost(&mut self, channel: u16, first: u32, span: u32, settled: bool) {
+        let Some(session) = self.sessions.get_mut(&channel) else { return };
+        let mut lost: Vec<u32> =
+            session.lost.iter().copied().filter(|id| id.wrapping_sub(first) <= span).collect();
+        lost.sort_unstable_by_key(|id| id.wrapping_sub(first));
+        for id in &lost {
+            session.lost.remove(id);
+        }
+        if settled {
+            return;
+        }
+        let error = WireError::new(
+            SESSION_LOCK_LOST,
+            410,
+            "the session lock was lost: the session link is gone; accept the session again",
+        )
+        .to_amqp();
+        for id in lost {
+            let disposition = Disposition {
+                role: Role::Sender,
+                first: id,
+                last: None,
+                settled: true,
+                state: Some(DeliveryState::Rejected(Rejected { error: Some(error.clone()) })),
+                batchable: false,
+            };
+            frame::write_performative(
+                &mut self.out,
+                channel,
+                &Performative::Disposition(disposition),
+            );
+        }
     }
 
     /// Hands the settlements of the frames just read to the broker: one request per entity

@@ -347,7 +347,7 @@ impl Connection {
         for (channel, handle) in lost {
             let Some(session) = self.sessions.get_mut(&channel) else { continue };
             session.links.remove(&handle);
-            session.unsettled.retain(|_, u| u.handle != handle);
+            session.forget_link(handle, true);
             let error = WireError::new(
                 SESSION_LOCK_LOST,
                 410,
@@ -466,11 +466,17 @@ impl Connection {
             frame::write_performative(&mut self.out, channel, &Performative::Detach(reply));
             return Ok(());
         }
-        if session.links.remove(&handle).is_none() {
+        if !session.links.contains_key(&handle) {
             // Not ours (already refused, or never attached): nothing to answer.
             return Ok(());
         }
-        session.unsettled.retain(|_, u| u.handle != handle);
+        // Settlements read before the detach reach the partition before the receiver is
+        // dropped: a session link's detach releases its session, and the messages it had
+        // accepted must not be released with it (and redelivered).
+        self.start_settles();
+        let session = self.session(channel)?;
+        let session_link = session.links.remove(&handle).is_some_and(|link| is_session_link(&link));
+        session.forget_link(handle, session_link);
         let reply = Detach { handle: detach.handle, closed: detach.closed, error: None };
         frame::write_performative(&mut self.out, channel, &Performative::Detach(reply));
         Ok(())
@@ -547,6 +553,15 @@ impl Connection {
             self.write_link_flow(channel, handle, count, credit, false);
         }
     }
+}
+
+/// Whether `link` delivers from a session the connection holds.
+fn is_session_link(link: &LinkState) -> bool {
+    matches!(
+        link,
+        LinkState::Outbound(OutboundLink { kind: Outbound::Entity { receiver, .. }, .. })
+            if receiver.session().is_some()
+    )
 }
 
 /// A session link's attach reply: the session id in the source filter (as a plain string) and

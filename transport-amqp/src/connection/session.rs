@@ -1,7 +1,7 @@
 //! Sessions: Begin and End, and the flow frames that carry the session's windows (and a link's
 //! credit when they name one).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use fe2o3_amqp_types::definitions::Handle;
 use fe2o3_amqp_types::performatives::{Begin, End, Flow, Performative};
@@ -25,6 +25,34 @@ pub(super) struct Session {
     /// Session receiver attaches waiting for the next available session, by handle: a detach
     /// meanwhile gives the accept up (nothing stays locked to a link that is gone).
     pub(super) accepting: HashMap<u32, futures_util::future::AbortHandle>,
+    /// Deliveries of session links that are gone (detached, or their lock lost) and that the
+    /// client had not settled: a disposition for one fails with
+    /// `com.microsoft:session-lock-lost` instead of going unanswered.
+    pub(super) lost: HashSet<u32>,
+}
+
+/// At most this many lost deliveries are remembered per session (beyond, the oldest knowledge
+/// is dropped and such a late disposition is ignored, as for any unknown delivery).
+const MAX_LOST: usize = 16 * 1024;
+
+impl Session {
+    /// Forgets the unsettled deliveries of link `handle`; those of a session link are
+    /// remembered as lost.
+    pub(super) fn forget_link(&mut self, handle: u32, session_link: bool) {
+        if !session_link {
+            self.unsettled.retain(|_, u| u.handle != handle);
+            return;
+        }
+        let gone: Vec<u32> =
+            self.unsettled.iter().filter(|(_, u)| u.handle == handle).map(|(id, _)| *id).collect();
+        if self.lost.len() + gone.len() > MAX_LOST {
+            self.lost.clear();
+        }
+        for id in gone {
+            self.unsettled.remove(&id);
+            self.lost.insert(id);
+        }
+    }
 }
 
 impl Connection {
@@ -50,6 +78,7 @@ impl Connection {
                 links: HashMap::new(),
                 unsettled: HashMap::new(),
                 accepting: HashMap::new(),
+                lost: HashSet::new(),
             },
         );
         let reply = Begin {
@@ -67,6 +96,9 @@ impl Connection {
     }
 
     pub(super) fn on_end(&mut self, channel: u16) {
+        // Settlements read before the end reach their partitions before the links' receivers
+        // are dropped (a session link's detach releases its session).
+        self.start_settles();
         self.sessions.remove(&channel);
         frame::write_performative(&mut self.out, channel, &Performative::End(End { error: None }));
     }
