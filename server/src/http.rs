@@ -12,8 +12,9 @@ use ironbus_core::auth::Authorizer;
 use ironbus_core::testing::FaultyStore;
 use ironbus_core::types::PartitionId;
 use ironbus_core::{Broker, Store, Timestamp};
+use ironbus_transport_amqp::StreamSender;
 use ironbus_transport_http::limits::ConnectionLimits;
-use ironbus_transport_http::{FaultHook, HttpConfig, HttpTransport, MetricsRender};
+use ironbus_transport_http::{FaultHook, HttpConfig, HttpTransport, MetricsRender, WebSocketHook};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 use crate::tls::Certificate;
@@ -112,6 +113,7 @@ pub async fn bind(
     metrics: MetricsRender,
     namespace: Option<String>,
     limits: ConnectionLimits,
+    websocket: WebSocketHook,
 ) -> Result<Option<HttpTransport>> {
     let plain = parse_addr("http-addr", &args.http_addr)?;
     let tls_addr = parse_addr("https-addr", &args.https_addr)?;
@@ -130,11 +132,22 @@ pub async fn bind(
     config.started_at = broker.clock().now().max(Timestamp::from_millis(0));
     config.metrics = Some(metrics);
     config.limits = limits;
+    config.websocket = Some(websocket);
     config.faults = faults.map(|faulty| fault_hook(broker.clone(), faulty));
     let transport = HttpTransport::bind(plain, tls, config)
         .await
         .with_context(|| format!("binding the HTTP listeners ({plain:?}, {tls_addr:?})"))?;
     Ok(Some(transport))
+}
+
+/// AMQP over WebSockets: each connection the HTTP listeners upgrade on `/$servicebus/websocket`
+/// is handed to the AMQP transport, which serves it under its own connection limits.
+pub fn websocket_hook(streams: StreamSender) -> WebSocketHook {
+    Arc::new(move |socket, peer| {
+        if !streams.send(socket, peer) {
+            tracing::debug!(%peer, "websocket dropped: the AMQP transport takes no more");
+        }
+    })
 }
 
 fn fault_hook(broker: Broker, faulty: Vec<Arc<FaultyStore>>) -> FaultHook {
@@ -154,6 +167,9 @@ fn fault_hook(broker: Broker, faulty: Vec<Arc<FaultyStore>>) -> FaultHook {
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod websocket_tests;
 
 #[cfg(test)]
 mod tests {

@@ -235,6 +235,7 @@ async fn main() -> anyhow::Result<()> {
     let amqp_addr = amqp.local_addr()?;
     let amqps_bound = amqp.tls_addr();
     let metrics = with_amqp_stats(metrics, amqp.stats());
+    let websocket = http::websocket_hook(amqp.stream_sender());
     let mut transports: Vec<Box<dyn Transport>> = vec![Box::new(amqp)];
     let http_limits = HttpLimits {
         max_connections: args.max_connections,
@@ -249,6 +250,7 @@ async fn main() -> anyhow::Result<()> {
         metrics,
         namespace,
         http_limits,
+        websocket,
     )
     .await?;
     if let Some(http) = http {

@@ -5,6 +5,9 @@
 //!   unlock, complete, renew lock.
 //! - The ATOM management API ([`atom`]): queues' create / get / update / delete / list with
 //!   runtime counts, and `$namespaceinfo`.
+//! - AMQP over WebSockets ([`websocket`]): `GET /$servicebus/websocket` upgrades to a WebSocket
+//!   whose binary messages carry AMQP; the byte stream goes to the server's hook
+//!   ([`HttpConfig::websocket`]), which hands it to the AMQP transport.
 //! - Operator endpoints on the plain listener only: `/health` and `/metrics`, and, when the server
 //!   enables it for tests, a fault-injection endpoint.
 //!
@@ -27,6 +30,7 @@ pub mod metrics;
 pub mod routes;
 pub mod service;
 pub mod timefmt;
+pub mod websocket;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -46,6 +50,7 @@ use tokio_rustls::TlsAcceptor;
 pub use crate::error::HttpError;
 use crate::limits::{ConnectionCounter, ConnectionLimits};
 pub use crate::service::{router, App, Listener};
+pub use crate::websocket::{WebSocket, WebSocketHook};
 
 /// Renders the Prometheus exposition text for `/metrics`.
 pub type MetricsRender = Arc<dyn Fn() -> String + Send + Sync>;
@@ -82,6 +87,9 @@ pub struct HttpConfig {
     pub faults: Option<FaultHook>,
     /// Connection limits, counted over the plain and the TLS listener together (0: none).
     pub limits: ConnectionLimits,
+    /// Serves AMQP over WebSockets: takes each connection upgraded on
+    /// `/$servicebus/websocket`. Without it that path is 404.
+    pub websocket: Option<WebSocketHook>,
 }
 
 impl HttpConfig {
@@ -94,6 +102,7 @@ impl HttpConfig {
             metrics: None,
             faults: None,
             limits: ConnectionLimits::default(),
+            websocket: None,
         }
     }
 }
@@ -106,6 +115,7 @@ impl fmt::Debug for HttpConfig {
             .field("metrics", &self.metrics.is_some())
             .field("faults", &self.faults.is_some())
             .field("limits", &self.limits)
+            .field("websocket", &self.websocket.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -194,7 +204,16 @@ async fn accept_loop(
     counter: Arc<ConnectionCounter>,
     mut shutdown: Shutdown,
 ) {
-    let router = router(app);
+    let websocket = app.config.websocket.clone();
+    let mut router = router(app);
+    if let Some(hook) = websocket {
+        // An upgrade leaves this listener: the connection's permit goes with hyper's side of it,
+        // and the AMQP transport counts the stream under its own limits.
+        let upgrade = axum::Router::new()
+            .route(websocket::PATH, axum::routing::any(websocket::upgrade))
+            .with_state(hook);
+        router = upgrade.merge(router);
+    }
     let refusing = Arc::new(AtomicUsize::new(0));
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -202,7 +221,7 @@ async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => match counter.try_acquire(peer.ip()) {
                     Ok(permit) => {
-                        let serving = serve_connection(stream, tls.clone(), router.clone(), shutdown.clone());
+                        let serving = serve_connection(stream, peer, tls.clone(), router.clone(), shutdown.clone());
                         connections.spawn(async move {
                             serving.await;
                             drop(permit);
@@ -216,7 +235,7 @@ async fn accept_loop(
                             let (tls, refusing) = (tls.clone(), refusing.clone());
                             let shutdown = shutdown.clone();
                             connections.spawn(async move {
-                                let serving = serve_connection(stream, tls, refusal, shutdown);
+                                let serving = serve_connection(stream, peer, tls, refusal, shutdown);
                                 let _ = tokio::time::timeout(REFUSAL_TIMEOUT, serving).await;
                                 refusing.fetch_sub(1, Ordering::AcqRel);
                             });
@@ -262,16 +281,17 @@ fn refusal_router(detail: String) -> axum::Router {
 
 async fn serve_connection(
     stream: TcpStream,
+    peer: SocketAddr,
     tls: Option<TlsAcceptor>,
     router: axum::Router,
     shutdown: Shutdown,
 ) {
     let _ = stream.set_nodelay(true);
     match tls {
-        None => serve_io(TokioIo::new(stream), router, shutdown).await,
+        None => serve_io(TokioIo::new(stream), peer, router, shutdown).await,
         Some(acceptor) => {
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(stream)) => serve_io(TokioIo::new(stream), router, shutdown).await,
+                Ok(Ok(stream)) => serve_io(TokioIo::new(stream), peer, router, shutdown).await,
                 Ok(Err(e)) => tracing::debug!(error = %e, "tls handshake failed"),
                 Err(_) => tracing::debug!("tls handshake timed out"),
             }
@@ -279,15 +299,24 @@ async fn serve_connection(
     }
 }
 
-async fn serve_io<I>(io: TokioIo<I>, router: axum::Router, mut shutdown: Shutdown)
+async fn serve_io<I>(io: TokioIo<I>, peer: SocketAddr, router: axum::Router, mut shutdown: Shutdown)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    // Handlers that need the client's address (the WebSocket upgrade) find it here.
+    let router = tower::ServiceExt::map_request(
+        router,
+        move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(websocket::PeerAddr(peer));
+            request
+        },
+    );
     let service = TowerToHyperService::new(router);
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(Duration::from_secs(30))
-        .serve_connection(io, service);
+        .serve_connection(io, service)
+        .with_upgrades();
     tokio::pin!(connection);
     tokio::select! {
         result = connection.as_mut() => {
