@@ -8,6 +8,7 @@
 //! children. Input is parsed namespace-aware and order-insensitive with roxmltree (which refuses
 //! DTDs, so no entity expansion); read-only and unknown elements are ignored.
 
+pub mod authorization;
 pub mod queue;
 pub mod rule;
 pub mod subscription;

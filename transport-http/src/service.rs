@@ -11,7 +11,8 @@ use axum::http::{header, request::Parts, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::FutureExt;
-use ironbus_core::auth::{AuthError, AuthErrorKind, Right};
+use ironbus_core::auth::{AuthError, AuthErrorKind, AuthorizationRule, EntityRules, Right};
+use ironbus_core::transport::authorization::{entity_rules, named_entity};
 use ironbus_core::{
     Availability, Broker, EntityDescription, EntityInfo, EntityKind, EntityPath, QueueDescription,
     QueueInfo, ReceiveMode,
@@ -130,13 +131,14 @@ impl App {
                 self.fault(parts, &params)
             }
             Route::Unimplemented(what) => {
-                self.authorize(parts, &path, Right::Manage)
-                    .or_else(|_| self.authorize(parts, &path, Right::Listen))?;
+                if self.authorize(parts, &path, Right::Manage).await.is_err() {
+                    self.authorize(parts, &path, Right::Listen).await?;
+                }
                 Err(HttpError::new(StatusCode::NOT_IMPLEMENTED, what))
             }
             Route::NamespaceInfo => {
                 *operation = Operation::NamespaceInfo;
-                self.authorize(parts, &path, Right::Manage)?;
+                self.authorize(parts, &path, Right::Manage).await?;
                 let body = atom::namespace_info(
                     &self.base(parts),
                     &self.config.namespace,
@@ -146,17 +148,17 @@ impl App {
             }
             Route::ListQueues => {
                 *operation = Operation::ListEntities;
-                self.authorize(parts, &path, Right::Manage)?;
+                self.authorize(parts, &path, Right::Manage).await?;
                 self.list_queues(parts, &path, &params).await
             }
             Route::ListTopics => {
                 *operation = Operation::ListEntities;
-                self.authorize(parts, &path, Right::Manage)?;
+                self.authorize(parts, &path, Right::Manage).await?;
                 self.list_topics(parts, &path, &params).await
             }
             Route::ListChildren { parent } => {
                 *operation = Operation::ListEntities;
-                self.authorize(parts, &path, Right::Manage)?;
+                self.authorize(parts, &path, Right::Manage).await?;
                 self.list_children(parts, &path, &parent, &params).await
             }
             Route::Entity { path: entity } => {
@@ -165,13 +167,13 @@ impl App {
                     "DELETE" => Operation::DeleteEntity,
                     _ => Operation::PutEntity,
                 };
-                self.authorize(parts, &path, Right::Manage)?;
+                self.authorize(parts, &path, Right::Manage).await?;
                 self.entity(parts, body, &entity, operation).await
             }
             Route::Send { entity } => {
                 let batch = dataplane::is_batch(&parts.headers);
                 *operation = if batch { Operation::SendBatch } else { Operation::Send };
-                self.authorize(parts, &path, Right::Send)?;
+                self.authorize(parts, &path, Right::Send).await?;
                 let body = self.read_body(body).await?;
                 let messages = if batch {
                     dataplane::batch_messages(&body)?
@@ -187,7 +189,7 @@ impl App {
             Route::Receive { entity, peek_lock } => {
                 *operation =
                     if peek_lock { Operation::PeekLock } else { Operation::ReceiveAndDelete };
-                self.authorize(parts, &path, Right::Listen)?;
+                self.authorize(parts, &path, Right::Listen).await?;
                 let timeout = dataplane::receive_timeout(&params)?;
                 let mode =
                     if peek_lock { ReceiveMode::PeekLock } else { ReceiveMode::ReceiveAndDelete };
@@ -226,7 +228,7 @@ impl App {
                     LockOp::Complete => Operation::Complete,
                     LockOp::Renew => Operation::RenewLock,
                 };
-                self.authorize(parts, &path, Right::Listen)?;
+                self.authorize(parts, &path, Right::Listen).await?;
                 let token = dataplane::lock_token(&token)?;
                 dataplane::lock_op(&self.broker, &entity, op, token).await?;
                 Ok(empty(StatusCode::OK))
@@ -251,8 +253,12 @@ impl App {
     }
 
     /// Checks the `Authorization` header's SAS token for `right` on `path`. Every failure is 401
-    /// (http.md A.2), with the reason in the body.
-    fn authorize(&self, parts: &Parts, path: &str, right: Right) -> Result<(), HttpError> {
+    /// (http.md A.2), with the reason in the body; missing rights are worded as Service Bus
+    /// words them.
+    ///
+    /// A token no namespace policy signed may be signed by an authorization rule of the queue or
+    /// topic the request is about: the longest leading part of `path` naming an existing entity.
+    async fn authorize(&self, parts: &Parts, path: &str, right: Right) -> Result<(), HttpError> {
         let Some(value) = parts.headers.get(header::AUTHORIZATION) else {
             return Err(HttpError::unauthorized(&AuthError::new(
                 AuthErrorKind::Malformed,
@@ -265,13 +271,51 @@ impl App {
                 "the Authorization header is not ASCII text",
             ))
         })?;
+        let token = token.trim();
         let now = self.broker.clock().now();
-        let claim = self
-            .config
-            .authorizer
-            .verify_token(token.trim(), now)
-            .map_err(|e| HttpError::unauthorized(&e))?;
-        claim.check(path, right, now).map_err(|e| HttpError::unauthorized(&e))
+        let authorizer = &self.config.authorizer;
+        let claim = match authorizer.verify_token(token, now) {
+            Err(e)
+                if matches!(
+                    e.kind,
+                    AuthErrorKind::UnknownPolicy | AuthErrorKind::InvalidSignature
+                ) =>
+            {
+                match self.entity_rules_of(path).await {
+                    Some((entity, rules)) => {
+                        let rules = EntityRules { entity: entity.as_str(), rules: &rules };
+                        authorizer.verify_token_with(token, now, Some(rules))
+                    }
+                    None => Err(e),
+                }
+            }
+            verified => verified,
+        }
+        .map_err(|e| HttpError::unauthorized(&e))?;
+        claim.check(path, right, now).map_err(|e| {
+            if e.kind == AuthErrorKind::InsufficientRights && claim.audience.covers(path) {
+                let needed = match right {
+                    Right::Manage => "Manage,EntityRead claims required for this operation".into(),
+                    right => format!("'{right}' claim(s) are required to perform this operation"),
+                };
+                HttpError::unauthorized(&AuthError::new(e.kind, format!("{needed}: {}", e.message)))
+            } else {
+                HttpError::unauthorized(&e)
+            }
+        })
+    }
+
+    /// The authorization rules of the queue or topic `path` is about: the longest leading part
+    /// of the path (at most 16 segments) that names an existing entity.
+    async fn entity_rules_of(&self, path: &str) -> Option<(EntityPath, Vec<AuthorizationRule>)> {
+        let segments: Vec<&str> = path.trim_matches('/').split('/').take(16).collect();
+        for end in (1..=segments.len()).rev() {
+            let Some(entity) = named_entity(&segments[..end].join("/")) else { continue };
+            if let Ok(found) = entity_rules(&self.broker, &entity).await {
+                return Some(found);
+            }
+        }
+        None
     }
 
     /// The whole body, or 413 past the configured limit.

@@ -11,6 +11,7 @@ use ironbus_core::{
     Availability, EntityStatus, QueueDescription, QueueInfo, QueueRuntime, Timestamp,
 };
 
+use crate::atom::authorization;
 use crate::atom::{
     self, bool_text, entry_document, escape, forward_target, number, CONNECT_NS, IRONBUS_NS, XSI_NS,
 };
@@ -73,7 +74,7 @@ fn description_element(base: &str, info: &QueueInfo, runtime: Option<&QueueRunti
             "<SizeInBytes>{size}</SizeInBytes>",
             "<MessageCount>{messages}</MessageCount>",
             "<IsAnonymousAccessible>false</IsAnonymousAccessible>",
-            "<AuthorizationRules/>",
+            "{rules}",
             "<Status>{status}</Status>",
             "{forward_to}{user_metadata}",
             "<CreatedAt>{created}</CreatedAt><UpdatedAt>{updated}</UpdatedAt>",
@@ -104,6 +105,7 @@ fn description_element(base: &str, info: &QueueInfo, runtime: Option<&QueueRunti
         batched = bool_text(d.enable_batched_operations),
         size = count(|r| r.size_in_bytes),
         messages = count(|r| r.total_message_count),
+        rules = authorization::element(&d.authorization_rules, info.created_at, info.updated_at),
         status = d.status.as_str(),
         forward_to = forward(&d.forward_to, "ForwardTo"),
         user_metadata = user_metadata,
@@ -217,6 +219,7 @@ pub(crate) fn parse(
                 d.forward_dead_lettered_messages_to = forward_target(value)
             }
             "UserMetadata" => d.user_metadata = (!value.is_empty()).then(|| value.to_owned()),
+            "AuthorizationRules" => d.authorization_rules = authorization::parse(child)?,
             "EnablePartitioning" => {
                 d.enable_partitioning = boolean()?;
                 omitted.enable_partitioning = false;
@@ -230,7 +233,7 @@ pub(crate) fn parse(
                 omitted.since_2021_05 = Some("MaxMessageSizeInKilobytes");
             }
             // Read-only, runtime and unsupported-but-harmless elements (AutoDeleteOnIdle,
-            // EnableExpress, AuthorizationRules, CountDetails, CreatedAt, ...) are ignored.
+            // EnableExpress, CountDetails, CreatedAt, ...) are ignored.
             _ => {}
         }
     }

@@ -4,6 +4,7 @@
 
 use ironbus_core::{EntityInfo, Timestamp, TopicDescription, TopicRuntime};
 
+use crate::atom::authorization;
 use crate::atom::{
     self, bool_text, count_details, entry_document, optional, Field, Omitted, CONNECT_NS,
     IRONBUS_NS, XSI_NS,
@@ -59,7 +60,7 @@ fn description_element(
             "<SizeInBytes>{size}</SizeInBytes>",
             "<FilteringMessagesBeforePublishing>{filtering}</FilteringMessagesBeforePublishing>",
             "<IsAnonymousAccessible>false</IsAnonymousAccessible>",
-            "<AuthorizationRules/>",
+            "{rules}",
             "<Status>{status}</Status>",
             "{user_metadata}",
             "<CreatedAt>{created}</CreatedAt><UpdatedAt>{updated}</UpdatedAt>",
@@ -85,6 +86,7 @@ fn description_element(
         batched = bool_text(d.enable_batched_operations),
         size = count(|r| r.size_in_bytes),
         filtering = bool_text(d.filtering_messages_before_publishing),
+        rules = authorization::element(&d.authorization_rules, info.created_at, info.updated_at),
         status = d.status.as_str(),
         user_metadata = optional("UserMetadata", d.user_metadata.as_deref()),
         created = created,
@@ -151,6 +153,7 @@ pub(crate) fn parse(
             }
             "Status" => d.status = f.status()?,
             "UserMetadata" => d.user_metadata = f.text(),
+            "AuthorizationRules" => d.authorization_rules = authorization::parse(child)?,
             "SupportOrdering" => d.support_ordering = f.boolean()?,
             "AutoDeleteOnIdle" => d.auto_delete_on_idle = f.duration()?,
             "EnablePartitioning" => {
