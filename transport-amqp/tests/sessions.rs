@@ -311,9 +311,18 @@ async fn session_operations_on_the_management_node() {
     };
     assert_eq!(ids, ["s1", "s2", "s3"]);
 
-    // Renewing a session not held here: session-lock-lost.
+    // Renewing, reading or setting the state of a session not held here: session-lock-lost.
+    let lost = (410, Some("com.microsoft:session-lock-lost"));
     let (status, condition, _) = mgmt.request("com.microsoft:renew-session-lock", sid("s1")).await;
-    assert_eq!((status, condition.as_deref()), (410, Some("com.microsoft:session-lock-lost")));
+    assert_eq!((status, condition.as_deref()), lost);
+    let (status, condition, _) = mgmt.request("com.microsoft:get-session-state", sid("s1")).await;
+    assert_eq!((status, condition.as_deref()), lost);
+    let set = map(vec![
+        ("session-id", Value::String("s1".into())),
+        ("session-state", Value::Binary(Binary::from(b"not mine".to_vec()))),
+    ]);
+    let (status, condition, _) = mgmt.request("com.microsoft:set-session-state", set).await;
+    assert_eq!((status, condition.as_deref()), lost);
 
     let s1 = attach(&mut session, "s1", Some("s1"), None).await.unwrap();
     let (status, _, body) = mgmt.request("com.microsoft:renew-session-lock", sid("s1")).await;
@@ -341,6 +350,24 @@ async fn session_operations_on_the_management_node() {
     assert_eq!(status, 200);
     let (_, _, body) = mgmt.request("com.microsoft:get-session-state", sid("s1")).await;
     assert_eq!(field(&body, "session-state"), Some(&Value::Null));
+
+    // The session is held by a link of this connection: another connection's management
+    // node cannot renew it, read or set its state.
+    let mut elsewhere = guard(Connection::open("sessions-elsewhere", url.as_str())).await.unwrap();
+    let mut elsewhere_session = guard(Session::begin(&mut elsewhere)).await.unwrap();
+    let mut other = Management::attach(&mut elsewhere_session, "elsewhere").await;
+    for operation in ["renew-session-lock", "get-session-state"] {
+        let (status, condition, _) =
+            other.request(&format!("com.microsoft:{operation}"), sid("s1")).await;
+        assert_eq!((status, condition.as_deref()), lost, "{operation}");
+    }
+    let set = map(vec![
+        ("session-id", Value::String("s1".into())),
+        ("session-state", Value::Binary(Binary::from(b"not mine".to_vec()))),
+    ]);
+    let (status, condition, _) = other.request("com.microsoft:set-session-state", set).await;
+    assert_eq!((status, condition.as_deref()), lost);
+    elsewhere.close().await.unwrap();
 
     // Peek within a session: its message only.
     let peek = map(vec![

@@ -1,9 +1,12 @@
 //! The session operations (`com.microsoft:renew-session-lock`, `get-session-state`,
 //! `set-session-state`, `get-message-sessions`), amqp.md §6.3.
 //!
-//! Renewing a session lock needs the session receiver the caller holds on this connection
-//! (`held`); without one it fails with `com.microsoft:session-lock-lost`. State is read and set
-//! through the held receiver when there is one, else on the entity directly.
+//! Renewing a session lock and getting or setting its state need the session receiver the
+//! caller holds on this connection (`held`): the lock belongs to a link, and a link to one
+//! connection, so a request naming a session that this connection does not hold — unlocked,
+//! held by another link elsewhere, or lost — fails with `com.microsoft:session-lock-lost`
+//! (410), as Service Bus answers a caller that does not hold the lock
+//! (topics-sessions-transactions.md B.2). Listing needs no lock.
 
 use std::sync::Arc;
 
@@ -38,16 +41,13 @@ pub(super) async fn execute(
             Ok(Outcome::ok(Some(map([("expiration", expiration)]))))
         }
         Operation::GetSessionState => {
-            let id = session_id(request)?;
-            let state = match held {
-                Some(held) => held.state().await?,
-                None => broker.session_state(address, &id).await?,
-            };
+            session_id(request)?;
+            let state = held.ok_or(SessionError::LockLost)?.state().await?;
             let state = state.map_or(Value::Null, |b| Value::Binary(Binary::from(b.to_vec())));
             Ok(Outcome::ok(Some(map([("session-state", state)]))))
         }
         Operation::SetSessionState => {
-            let id = session_id(request)?;
+            session_id(request)?;
             let state = match request.field("session-state") {
                 None | Some(Value::Null) => None,
                 Some(Value::Binary(b)) => Some(Bytes::copy_from_slice(b.as_slice())),
@@ -55,10 +55,7 @@ pub(super) async fn execute(
                     return Err(WireError::bad_request("session-state must be binary or null"))
                 }
             };
-            match held {
-                Some(held) => held.set_state(state).await?,
-                None => broker.set_session_state(address, &id, state).await?,
-            }
+            held.ok_or(SessionError::LockLost)?.set_state(state).await?;
             Ok(Outcome::ok(None))
         }
         Operation::GetMessageSessions => {
