@@ -3,7 +3,9 @@
 - ``test_proxy``: the fixture the suite's conftest asks for. The real kit starts its recording
   proxy there; a live run against ironbus has nothing to start.
 - Writes every test's outcome (``passed`` / ``failed`` / ``error`` / ``skipped``) and the first line
-  of its failure to the JSON file named by ``IRONBUS_MSSUITE_RESULTS``, for ``run.py``'s summary.
+  of its failure to the JSON file named by ``IRONBUS_MSSUITE_RESULTS``, for ``run.py``'s summary:
+  after every test, so that a run stopped part-way (the whole suite takes over an hour) still
+  says what it measured.
 """
 
 import json
@@ -50,8 +52,17 @@ def pytest_collectreport(report):
         }
 
 
-def pytest_sessionfinish(session):
+def _write():
     path = os.environ.get("IRONBUS_MSSUITE_RESULTS")
     if path:
-        with open(path, "w", encoding="utf-8") as out:
+        with open(path + ".part", "w", encoding="utf-8") as out:
             json.dump(_results, out, indent=1, sort_keys=True)
+        os.replace(path + ".part", path)
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    _write()
+
+
+def pytest_sessionfinish(session):
+    _write()
