@@ -442,6 +442,13 @@ async fn the_authorization_matrix_holds_over_amqp() {
             vec![(Send("q1"), Unauthorized)],
         ),
         (
+            "put-token naming an audience its token does not cover",
+            "sb://localhost/q2",
+            token("q1", "RootManageSharedAccessKey", ROOT_KEY),
+            401,
+            vec![(Send("q2"), Unauthorized), (Send("q1"), Unauthorized)],
+        ),
+        (
             "put-token for an entity that does not exist: 404 (issue 17, divergence 4)",
             "sb://localhost/nope",
             token("nope", "RootManageSharedAccessKey", ROOT_KEY),

@@ -71,7 +71,20 @@ impl Connection {
                 Value::String(s) => s.as_str(),
                 _ => "",
             };
-            match verify_put_token(&self.cx.broker, &self.cx.authorizer, token, self.now()).await {
+            let verified =
+                verify_put_token(&self.cx.broker, &self.cx.authorizer, token, self.now()).await;
+            // The audience the request names must lie within what the token is for.
+            let verified = verified.and_then(|claim| match request.property("name") {
+                Some(name) if !claim.audience.covers(&name) => Err(Refusal {
+                    status: 401,
+                    description: format!(
+                        "the token is for {}, which does not cover the audience {name}",
+                        claim.audience
+                    ),
+                }),
+                _ => Ok(claim),
+            });
+            match verified {
                 Ok(claim) => {
                     self.grants.claims.retain(|c| c.audience != claim.audience);
                     self.grants.claims.push(claim);
