@@ -15,7 +15,9 @@ use fe2o3_amqp::types::messaging::{Body, Message as AmqpMessage};
 use fe2o3_amqp::types::primitives::{Binary, Value};
 use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use ironbus_core::auth::Authorizer;
-use ironbus_core::{shutdown_signal, Broker, QueueDescription, ShutdownTrigger, Transport};
+use ironbus_core::{
+    shutdown_signal, Broker, Message, QueueDescription, ShutdownTrigger, Transport,
+};
 use ironbus_transport_amqp::limits::ConnectionLimits;
 use ironbus_transport_amqp::{AmqpOptions, AmqpStats, AmqpTransport, StreamSender};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -80,6 +82,10 @@ async fn serve(broker: Broker, options: AmqpOptions) -> Served {
 }
 
 async fn tls_connect(addr: SocketAddr, ca: &CertificateDer<'static>) -> TlsStream<TcpStream> {
+    tls_connect_over(TcpStream::connect(addr).await.unwrap(), ca).await
+}
+
+async fn tls_connect_over(tcp: TcpStream, ca: &CertificateDer<'static>) -> TlsStream<TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca.clone()).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -88,7 +94,6 @@ async fn tls_connect(addr: SocketAddr, ca: &CertificateDer<'static>) -> TlsStrea
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    let tcp = TcpStream::connect(addr).await.unwrap();
     let name = ServerName::try_from("localhost").unwrap();
     TlsConnector::from(Arc::new(config)).connect(name, tcp).await.unwrap()
 }
@@ -217,6 +222,52 @@ async fn tls_and_handed_over_connections_count_under_the_same_limit() {
     .await
     .expect("the round trip finishes");
     assert_eq!(received, b"after the slot came back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_that_never_reads_is_closed_at_the_write_limit() {
+    const LIMIT: usize = 256 * 1024;
+    const BODY: usize = 64 * 1024;
+    const MESSAGES: usize = 160;
+    let broker = queue_broker().await;
+    for _ in 0..MESSAGES / 10 {
+        let batch = (0..10).map(|_| Message::new(vec![7u8; BODY])).collect();
+        broker.send("q", batch).await.unwrap();
+    }
+    let options = AmqpOptions {
+        max_write_buffer: LIMIT,
+        write_stall_timeout: Duration::from_millis(300),
+        ..AmqpOptions::default()
+    };
+    let served = serve(broker, options).await;
+    // A small receive buffer, so that the kernel holds little of what the broker writes.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(served.tls).await.unwrap();
+    let mut stream = tls_connect_over(tcp, &served.ca).await;
+    // Everything at once, then never a read: credit for 10 MB.
+    let mut hello = common::raw::SASL_HEADER.to_vec();
+    hello.extend(common::raw::sasl_init());
+    hello.extend(common::raw::AMQP_HEADER);
+    hello.extend(common::raw::open());
+    hello.extend(common::raw::begin());
+    hello.extend(common::raw::attach_receiver("q"));
+    hello.extend(common::raw::flow(Some(0), MESSAGES as u32, false));
+    stream.write_all(&hello).await.unwrap();
+    stream.flush().await.unwrap();
+
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while served.stats.slow_reader_closes.load(Ordering::SeqCst) != 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the connection is closed as a slow reader");
+    let peak = served.stats.peak_write_buffered.load(Ordering::SeqCst);
+    assert!(peak <= LIMIT, "the broker buffered {peak} bytes for the connection, over {LIMIT}");
+    assert!(peak >= BODY, "deliveries were written: {peak}");
+    wait_for_connections(&served.stats, 0).await;
+    assert_eq!(served.stats.write_buffered.load(Ordering::SeqCst), 0);
 }
 
 async fn read_to_close(stream: &mut (impl AsyncRead + Unpin)) -> Vec<u8> {
