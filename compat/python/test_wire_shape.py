@@ -95,6 +95,7 @@ def test_receive_and_delete_delivery_has_service_bus_shape(client, fresh_queue):
     received, _ = receive_one(client, fresh_queue, ServiceBusReceiveMode.RECEIVE_AND_DELETE)
     legacy = received.message
     assert legacy.delivery_annotations == {}
+    assert legacy.delivery_tag is None, "a settled delivery has an empty tag"
     assert sorted(legacy.annotations) == [
         b"x-opt-enqueued-time",
         b"x-opt-partition-key",

@@ -202,9 +202,13 @@ pub(super) fn decode_message_annotations(
             Val::Symbol(name) | Val::String(name) => {
                 let name = utf8(name, "a message-annotation key")?;
                 if name == PARTITION_KEY {
+                    // A received message sent again by the python SDK carries it as binary (its
+                    // decoder turns strings into bytes, its encoder bytes into binary).
                     properties.partition_key = match v {
                         Val::Null => None,
-                        Val::String(s) | Val::Symbol(s) => Some(utf8(s, PARTITION_KEY)?.to_owned()),
+                        Val::String(s) | Val::Symbol(s) | Val::Binary(s) => {
+                            Some(utf8(s, PARTITION_KEY)?.to_owned())
+                        }
                         _ => return Err(CodecError::new("x-opt-partition-key is not a string")),
                     };
                 } else if name == SCHEDULED_ENQUEUE_TIME {

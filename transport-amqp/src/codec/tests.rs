@@ -965,3 +965,35 @@ fn header_fields_are_echoed_as_the_sender_gave_them() {
     let raw = RawMessage::parse(&old).unwrap();
     assert_eq!((raw.durable, raw.priority), (None, None));
 }
+
+#[test]
+fn a_partition_key_sent_back_as_binary_is_read_as_text() {
+    // The python SDK re-sends a received message's `x-opt-partition-key` as binary.
+    let msg = FeMessage {
+        header: None,
+        delivery_annotations: None,
+        message_annotations: Some(
+            MessageAnnotations::builder()
+                .insert("x-opt-partition-key", Value::Binary(Binary::from(b"session-1".to_vec())))
+                .build(),
+        ),
+        properties: None,
+        application_properties: None,
+        body: data_body(&[b"x"]),
+        footer: None,
+    };
+    let m = decode_message(encode_fe(&msg)).unwrap();
+    assert_eq!(m.properties.partition_key.as_deref(), Some("session-1"));
+    let ma = decode_fe(&encode_delivery(&received(m, false), DeliveryOptions::default()))
+        .message_annotations
+        .unwrap();
+    assert_eq!(annotation(&ma, "x-opt-partition-key"), Some(&Value::String("session-1".into())));
+    // Not UTF-8: refused.
+    let mut bad = msg;
+    bad.message_annotations = Some(
+        MessageAnnotations::builder()
+            .insert("x-opt-partition-key", Value::Binary(Binary::from(vec![0xff])))
+            .build(),
+    );
+    assert!(decode_message(encode_fe(&bad)).is_err());
+}

@@ -109,9 +109,9 @@ impl Connection {
                             false,
                             Some((lock.token, address.clone())),
                         ),
-                        None => {
-                            (payload, session.next_delivery_id.to_be_bytes().to_vec(), true, None)
-                        }
+                        // Settled on arrival (receive-and-delete): an empty tag, as Service
+                        // Bus sends (the python SDK then reports no delivery tag).
+                        None => (payload, Vec::new(), true, None),
                     }
                 }
             };
