@@ -541,3 +541,78 @@ async fn a_session_enabled_subscription_serves_sessions_and_dead_letters_copies_
         vec!["b".to_string()]
     );
 }
+
+#[tokio::test]
+async fn accept_next_is_fair_partitions_take_turns_and_waiters_get_distinct_sessions() {
+    let f = fixture().await;
+    let partitions = 4u16;
+    f.queue(
+        "q",
+        QueueDescription {
+            enable_partitioning: true,
+            partition_count: partitions,
+            ..session_queue()
+        },
+    )
+    .await;
+    // Two sessions per partition, the older one sent first in each.
+    let mut per_partition: Vec<Vec<String>> = vec![Vec::new(); usize::from(partitions)];
+    for i in 0.. {
+        let id = format!("s{i}");
+        let p = usize::from(partition_for_key(&id, partitions).0);
+        if per_partition[p].len() < 2 {
+            per_partition[p].push(id);
+        }
+        if per_partition.iter().all(|ids| ids.len() == 2) {
+            break;
+        }
+    }
+    for round in 0..2 {
+        for ids in &per_partition {
+            f.send("q", &ids[round], "m").await;
+        }
+    }
+    let (mut taken, mut locked) = (Vec::new(), Vec::new());
+    for _ in 0..2 * partitions {
+        let r = guard(f.broker.accept_next_session("q", ReceiveMode::PeekLock, Duration::ZERO))
+            .await
+            .unwrap();
+        taken.push((r.partition().0, r.session_id().to_owned()));
+        locked.push(r); // kept: the session stays locked
+    }
+    // Each partition once before any twice; within a partition the oldest session first.
+    let first_turn: std::collections::BTreeSet<u16> = taken[..4].iter().map(|t| t.0).collect();
+    assert_eq!(first_turn.len(), usize::from(partitions), "{taken:?}");
+    for (p, ids) in per_partition.iter().enumerate() {
+        let order: Vec<&String> =
+            taken.iter().filter(|t| usize::from(t.0) == p).map(|t| &t.1).collect();
+        assert_eq!(order, [&ids[0], &ids[1]], "partition {p}");
+    }
+
+    // Waiters with nothing to take: each session that arrives goes to one of them.
+    let g = fixture().await;
+    g.queue("q", session_queue()).await;
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let broker = g.broker.clone();
+            tokio::spawn(async move {
+                broker
+                    .accept_next_session("q", ReceiveMode::PeekLock, Duration::from_secs(60))
+                    .await
+            })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    for id in ["x", "y", "z"] {
+        g.send("q", id, "m").await;
+    }
+    let mut got = Vec::new();
+    let mut held = Vec::new();
+    for w in waiters {
+        let r = guard(w).await.unwrap().unwrap();
+        got.push(r.session_id().to_owned());
+        held.push(r);
+    }
+    got.sort();
+    assert_eq!(got, ["x", "y", "z"]);
+}

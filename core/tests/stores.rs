@@ -281,7 +281,9 @@ async fn settled_bodies_are_swept_in_ranges_even_after_a_restart() {
 }
 
 #[tokio::test]
-async fn bodies_settled_above_a_message_that_stays_are_deleted_one_by_one() {
+async fn bodies_settled_above_a_message_that_stays_wait_for_the_sweep_up_to_a_bound() {
+    // What `PartitionState` keeps for the sweep before deleting one by one (DEFERRED_BODIES).
+    const DEFERRED: usize = 8 * 1024;
     let store = faulty();
     let broker = open(std::slice::from_ref(&store), 1 << 20).await;
     guard(broker.create_queue("q", QueueDescription::default())).await.unwrap();
@@ -289,10 +291,12 @@ async fn bodies_settled_above_a_message_that_stays_are_deleted_one_by_one() {
     // The oldest message stays, locked, then deferred: every later one is settled above it.
     let held = receive(&broker, "q", ReceiveMode::PeekLock, 1).await;
     let token = held[0].lock_token().unwrap();
-    send_all(&broker, "q", 1500).await;
-    let received = receive(&broker, "q", ReceiveMode::ReceiveAndDelete, 1500).await;
-    assert_eq!(received.len(), 1500);
-    assert_eq!(bodies_in(&store, 1).await, 1, "only the held message's body is left");
+    let above = DEFERRED + 300;
+    send_all(&broker, "q", above).await;
+    let received = receive(&broker, "q", ReceiveMode::ReceiveAndDelete, above).await;
+    assert_eq!(received.len(), above);
+    // The first ones wait for the sweep; beyond the bound they were deleted one by one.
+    assert_eq!(bodies_in(&store, 1).await, 1 + DEFERRED, "held + deferred bodies");
     let defer = Disposition::Defer { properties: Default::default() };
     guard(broker.settle("q", token, defer)).await.unwrap();
     let deferred = guard(broker.receive_deferred(
@@ -303,4 +307,6 @@ async fn bodies_settled_above_a_message_that_stays_are_deleted_one_by_one() {
     .await
     .expect("receive deferred");
     assert_eq!(text(&deferred[0]), text(&held[0]));
+    // The lowest message is gone: one range delete takes every body left.
+    assert_eq!(bodies_in(&store, 1).await, 0, "swept");
 }

@@ -11,7 +11,7 @@
 //! the lock table never expires by itself; the session lock is its expiry, and the session
 //! lock's expiry releases (and counts a delivery for) every message it had locked.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -56,7 +56,11 @@ impl Session {
 
 #[derive(Debug, Default)]
 pub(crate) struct SessionIndex {
-    sessions: BTreeMap<SessionId, Session>,
+    /// Every session, by id: a hash lookup per message operation (no string comparisons down a
+    /// tree of ids).
+    sessions: HashMap<SessionId, Session>,
+    /// The same ids in order, for listing; changes only when a session starts or ends.
+    names: BTreeSet<SessionId>,
     /// Unlocked sessions with an available message, by their first available message.
     ready: BTreeSet<(SequenceNumber, SessionId)>,
     /// Session locks by expiry.
@@ -69,7 +73,11 @@ impl SessionIndex {
     /// Changes one session (created if missing), keeping `ready` in step and dropping the
     /// session once nothing keeps it.
     fn update<R>(&mut self, id: &SessionId, f: impl FnOnce(&mut Session) -> R) -> R {
-        let session = self.sessions.entry(id.clone()).or_default();
+        if !self.sessions.contains_key(id) {
+            self.sessions.insert(id.clone(), Session::default());
+            self.names.insert(id.clone());
+        }
+        let session = self.sessions.get_mut(id).expect("inserted above");
         let before = session.ready_key();
         let result = f(session);
         let after = session.ready_key();
@@ -84,6 +92,7 @@ impl SessionIndex {
         }
         if empty {
             self.sessions.remove(id);
+            self.names.remove(id);
         }
         result
     }
@@ -254,14 +263,17 @@ impl SessionIndex {
             Some(a) => Bound::Excluded(a),
             None => Bound::Unbounded,
         };
-        self.sessions
+        self.names
             .range::<str, _>((start, Bound::Unbounded))
-            .filter(|(_, s)| match updated_after {
-                None => !s.messages.is_empty() || s.state.is_some(),
-                Some(t) => s.state.as_ref().is_some_and(|(at, _)| *at > t),
+            .filter(|id| {
+                let Some(s) = self.sessions.get(*id) else { return false };
+                match updated_after {
+                    None => !s.messages.is_empty() || s.state.is_some(),
+                    Some(t) => s.state.as_ref().is_some_and(|(at, _)| *at > t),
+                }
             })
             .take(max)
-            .map(|(id, _)| id.to_string())
+            .map(|id| id.to_string())
             .collect()
     }
 }
@@ -293,10 +305,10 @@ mod tests {
         x.lock(&id("s"), 1, Timestamp::from_millis(10));
         assert!(x.lock_of("s").is_some());
         x.unlock_holder(1);
-        assert!(x.sessions.is_empty());
+        assert!(x.sessions.is_empty() && x.names.is_empty());
         x.set_state(&id("s"), Some((Timestamp::from_millis(1), Bytes::from_static(b"x"))));
         assert_eq!(x.list(None, None, 10), vec!["s".to_string()]);
         x.set_state(&id("s"), None);
-        assert!(x.sessions.is_empty());
+        assert!(x.sessions.is_empty() && x.names.is_empty());
     }
 }

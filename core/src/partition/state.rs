@@ -34,8 +34,14 @@ use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue
 /// How many sequence numbers of bodies left below every message one range delete removes (see
 /// [`PartitionState::remove`]). A point delete per body is one more memtable insert per
 /// message; a range delete per 1,024 keeps RocksDB's range tombstones few. At most this many
-/// bodies of settled messages per partition wait on disk (after a crash: until the first sweep).
+/// bodies of settled messages per partition below its lowest message, and [`DEFERRED_BODIES`]
+/// above it, wait on disk (after a crash: until the first sweep).
 const BODY_SWEEP: i64 = 1024;
+/// How many bodies of messages settled above the partition's lowest (out of order, as a
+/// session's are) wait for the sweep that passes them instead of a point delete each; beyond
+/// it they are deleted at once. Bounds what a partition whose lowest message stays (a session
+/// nobody takes) leaves on disk, and the memory that remembers them.
+const DEFERRED_BODIES: usize = 8 * 1024;
 
 /// Service Bus's refusal of a session receiver on an entity without sessions.
 pub(crate) const NOT_SESSIONFUL: &str = "A sessionful message receiver cannot be created on an \
@@ -68,6 +74,9 @@ pub(crate) struct PartitionState {
     /// Bodies below this sequence number have been range-deleted since the partition was
     /// (re)built; above it, up to the lowest message, bodies may be left for the next sweep.
     swept_to: SequenceNumber,
+    /// Bodies of settled messages above the lowest message, left for the sweep (at most
+    /// [`DEFERRED_BODIES`]).
+    deferred_bodies: Vec<SequenceNumber>,
     pub(crate) receivers: SubQueues<Vec<Arc<ReceiverShared>>>,
     next_receiver: SubQueues<usize>,
     /// Receivers holding a session of this partition, each fed only from its session.
@@ -104,6 +113,7 @@ impl PartitionState {
             counter_dirty: false,
             cached_bytes: 0,
             swept_to: SequenceNumber::default(),
+            deferred_bodies: Vec::new(),
             receivers: SubQueues::default(),
             next_receiver: SubQueues::default(),
             session_receivers: Vec::new(),
@@ -133,6 +143,8 @@ impl PartitionState {
         self.last_counter = 0;
         self.counter_dirty = false;
         self.swept_to = SequenceNumber::default();
+        // Left on disk: the first sweep after the rebuild deletes from the start.
+        self.deferred_bodies.clear();
         self.fx.journal.clear();
         self.fx.transient.clear();
         self.fx.released.clear();
@@ -917,14 +929,20 @@ impl PartitionState {
 
     /// Deletes a message: its meta record, its body, and its share of the body cache. A body
     /// below every message left is not deleted here but by the next sweep (`sweep_bodies`),
-    /// with the others below it in one range delete; a body above one is deleted now.
+    /// with the others below it in one range delete; so is a body above one (settled out of
+    /// order, as a session's messages are), up to [`DEFERRED_BODIES`] of them, beyond which it
+    /// is deleted now.
     pub(crate) fn remove(&mut self, queue: SubQueue, seq: SequenceNumber) {
         let Some(mut entry) = self.take(queue, seq) else { return };
         self.uncache(&mut entry);
         if self.shared_bodies {
             self.fx.released.push(entry.body_seq(seq));
         } else if seq > self.lowest_live() {
-            self.fx.journal.delete_body(seq);
+            if self.deferred_bodies.len() < DEFERRED_BODIES {
+                self.deferred_bodies.push(seq);
+            } else {
+                self.fx.journal.delete_body(seq);
+            }
         }
     }
 
@@ -949,6 +967,7 @@ impl PartitionState {
         }
         self.fx.journal.delete_bodies(self.swept_to, lowest);
         self.swept_to = lowest;
+        self.deferred_bodies.retain(|seq| *seq >= lowest);
     }
 
     /// Writes the entry's current meta record.
