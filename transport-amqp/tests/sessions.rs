@@ -420,17 +420,28 @@ async fn a_waiting_accept_next_leaves_the_connection_working_and_takes_a_new_ses
 /// A raw client holding session `id` of `sq` on link handle 0 with `credit`: the frames up to
 /// the attach and flow, in one write.
 fn raw_session_receiver(id: &str, credit: u32) -> Vec<u8> {
+    raw_session_attach(Some(id), credit)
+}
+
+/// The frames up to a session receiver's attach (handle 0) on `sq` and its flow: for session
+/// `id`, or (None) the next available one, waiting up to 60 s.
+fn raw_session_attach(id: Option<&str>, credit: u32) -> Vec<u8> {
     use fe2o3_amqp::types::definitions::{Handle, ReceiverSettleMode, Role};
     use fe2o3_amqp::types::performatives::{Attach, Performative};
     let source = Source::builder()
         .address("sq")
         .add_to_filter_using_legacy_format(
             Symbol::from("com.microsoft:session-filter"),
-            Value::String(id.to_owned()),
+            id.map_or(Value::Null, |id| Value::String(id.to_owned())),
         )
         .build();
+    let properties = id.is_none().then(|| {
+        let mut properties = Fields::new();
+        properties.insert(Symbol::from("com.microsoft:timeout"), Value::Uint(60_000));
+        properties
+    });
     let attach = Attach {
-        name: format!("raw-{id}"),
+        name: format!("raw-{}", id.unwrap_or("next")),
         handle: Handle(0),
         role: Role::Receiver,
         snd_settle_mode: SenderSettleMode::Unsettled,
@@ -443,7 +454,7 @@ fn raw_session_receiver(id: &str, credit: u32) -> Vec<u8> {
         max_message_size: None,
         offered_capabilities: None,
         desired_capabilities: None,
-        properties: None,
+        properties,
     };
     let mut out = common::raw::SASL_HEADER.to_vec();
     out.extend(common::raw::sasl_init());
@@ -592,4 +603,36 @@ async fn a_disposition_after_the_session_link_detached_fails_with_session_lock_l
     let left = broker.peek("sq", ironbus_core::SequenceNumber(0), 100).await.unwrap();
     assert_eq!(left.len(), 3);
     assert!(left.iter().all(|m| m.broker.delivery_count == 0), "{left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_accept_next_given_up_by_a_detach_leaves_nothing_locked() {
+    use fe2o3_amqp::types::performatives::Performative;
+    use tokio::io::AsyncWriteExt;
+    let (broker, _clock, url, _trigger) = start().await;
+    let addr = url.rsplit('@').next().unwrap().to_owned();
+    let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (read, mut write) = stream.into_split();
+    let mut reader = ironbus_transport_amqp::frame::FrameReader::new(read);
+    reader.set_max_frame_size(1 << 20);
+    // Nothing to accept: the accept-next waits (the broker's clock stands still).
+    write.write_all(&raw_session_attach(None, 10)).await.unwrap();
+    reader.read_header().await.unwrap();
+    raw_read_until(&mut reader, |p| matches!(p, Performative::Begin(_))).await;
+    // The client gives up: the detach is answered at once, with no attach before it.
+    write.write_all(&raw_detach()).await.unwrap();
+    let seen = raw_read_until(&mut reader, |p| matches!(p, Performative::Detach(_))).await;
+    assert!(!seen.iter().any(|p| matches!(p, Performative::Attach(_))), "{seen:?}");
+    // A session that becomes available now is not taken by the abandoned wait.
+    let message = ironbus_core::Message::new("m").with_session_id("s");
+    broker.send("sq", vec![message]).await.unwrap();
+    let held = guard(broker.accept_session("sq", "s", ironbus_core::ReceiveMode::PeekLock)).await;
+    assert!(held.is_ok(), "{held:?}");
+    let next = guard(broker.accept_next_session(
+        "sq",
+        ironbus_core::ReceiveMode::PeekLock,
+        Duration::ZERO,
+    ))
+    .await;
+    assert!(next.is_err(), "only session s exists, and it is held here");
 }
