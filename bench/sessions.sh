@@ -18,7 +18,9 @@
 #
 # Env: ROUNDS (3), SESSIONS (1000), PER_SESSION (100), CONSUMERS (4), PRODUCERS (2),
 # PARTITIONS (16), SIZE (1024), CREDIT (100: also what one drain asks for), ACCEPT_BATCH (1),
-# WINDOW (100), SESSION_WAIT_MS (5000), OUT (sessions.jsonl), TIMEOUT per run (600), PAUSE (2),
+# WINDOW (100), SESSION_WAIT_MS (5000), CONFIRM (set: session accepts unsettled, outcomes awaited
+# before the detach; default settled, as on the plain queue), OUT (sessions.jsonl), TIMEOUT per
+# run (600), PAUSE (2),
 # SERVER and BENCH (binaries to use instead of building release ones).
 set -euo pipefail
 
@@ -99,7 +101,7 @@ bench_run() {
   before="$(cpu_ticks "$SERVER_PID")"
   "$BENCH" --url "amqp://127.0.0.1:$PORT" --sasl-plain "$SAS_USER:$SAS_KEY" \
     --address "$address" "${extra[@]}" --preload --producers "$PRODUCERS" \
-    --consumers "$CONSUMERS" --mode peek-lock --accept-batch "$ACCEPT_BATCH" \
+    --consumers "$CONSUMERS" --mode peek-lock --accept-batch "$ACCEPT_BATCH" ${CONFIRM:+--confirm-accepts} \
     --messages "$MESSAGES" --size "$SIZE" --durable --window "$WINDOW" --credit "$CREDIT" \
     --timeout "$TIMEOUT" --client wire > "$WORK/run.json" 2> "$WORK/run.err" \
     || tail -2 "$WORK/run.err" >&2

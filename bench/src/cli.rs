@@ -94,6 +94,12 @@ pub(crate) struct Options {
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     pub session_wait_ms: u32,
 
+    /// Sessions: accept unsettled and wait for the broker's outcomes before detaching (as SDKs
+    /// in rcv-settle-mode second do). Without it the accepts are settled, as on a plain queue,
+    /// and the detach follows them at once
+    #[arg(long)]
+    pub confirm_accepts: bool,
+
     /// Send every message (all acknowledged) before consumers attach; the receive rate is then
     /// timed from the consumers' start and end-to-end latency includes the time in the queue
     #[arg(long)]

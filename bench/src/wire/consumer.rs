@@ -68,7 +68,7 @@ impl Consumer {
                 held: Vec::new(),
                 used: 0,
                 session_source: Some(address.to_owned()),
-                confirm: true,
+                confirm: run.options.confirm_accepts,
                 unconfirmed: 0,
                 refused: 0,
             });
