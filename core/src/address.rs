@@ -304,6 +304,10 @@ impl fmt::Display for EntityAddress {
         match self.queue {
             SubQueue::Main => write!(f, "{}", self.entity),
             SubQueue::DeadLetter => write!(f, "{}/{DEAD_LETTER_QUEUE}", self.entity),
+            SubQueue::Transfer => write!(f, "{}/{TRANSFER}", self.entity),
+            SubQueue::TransferDeadLetter => {
+                write!(f, "{}/{TRANSFER}/{DEAD_LETTER_QUEUE}", self.entity)
+            }
         }
     }
 }
@@ -336,7 +340,8 @@ impl Address {
         }
         let not_implemented = |what| AddressError::NotImplemented { path: path.to_owned(), what };
         let queue = if is(&segments, 1, TRANSFER) && is(&segments, 0, DEAD_LETTER_QUEUE) {
-            return Err(not_implemented("transfer dead-letter queues"));
+            segments.truncate(segments.len() - 2);
+            SubQueue::TransferDeadLetter
         } else if is(&segments, 0, TRANSFER) {
             return Err(not_implemented("transfer queues"));
         } else if is(&segments, 0, DEAD_LETTER_QUEUE) {
@@ -480,20 +485,32 @@ mod tests {
     }
 
     #[test]
-    fn transfer_queues_are_recognised_but_not_implemented() {
-        for path in [
-            "q/$Transfer/$DeadLetterQueue",
-            "q/$transfer/$deadletterqueue/$management",
-            "q/$Transfer",
-            "t/Subscriptions/s/$Transfer/$DeadLetterQueue",
-        ] {
+    fn transfer_queue_is_recognised_but_not_addressable() {
+        for path in ["q/$Transfer", "t/Subscriptions/s/$Transfer", "q/$transfer/$management"] {
             assert!(
                 matches!(Address::parse(path), Err(AddressError::NotImplemented { .. })),
                 "{path}"
             );
         }
-        let e = Address::parse("q/$Transfer/$DeadLetterQueue").unwrap_err();
+        let e = Address::parse("q/$Transfer").unwrap_err();
         assert!(e.to_string().contains("not implemented"), "{e}");
+    }
+
+    #[test]
+    fn transfer_dead_letter_queue_is_addressable() {
+        for (path, entity) in [
+            ("q/$Transfer/$DeadLetterQueue", "q"),
+            ("sb://host/Q/$transfer/$deadletterqueue", "Q"),
+            ("t/Subscriptions/s/$Transfer/$DeadLetterQueue", "t/Subscriptions/s"),
+        ] {
+            let address: EntityAddress = path.parse().expect(path);
+            assert_eq!(address.entity.as_str(), entity, "{path}");
+            assert_eq!(address.queue, SubQueue::TransferDeadLetter, "{path}");
+        }
+        match Address::parse("q/$Transfer/$DeadLetterQueue/$management") {
+            Ok(Address::Management(a)) => assert_eq!(a.queue, SubQueue::TransferDeadLetter),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! partitions decide *what* (the Service Bus rules on their messages). An entity's record is the
 //! commit point of create and delete: partitions exist in the store only under a live entity id.
 
+mod forwarding;
 mod sessions;
 mod topics;
 
@@ -15,7 +16,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::oneshot;
@@ -110,6 +111,8 @@ pub(crate) struct EntityHandle {
     round_robin: RoundRobin,
     /// Bytes of sends started and not yet answered (see [`Broker::start_send`]).
     pending_bytes: AtomicU64,
+    /// Whether the entity's forwarder runs (see `broker/forwarding.rs`).
+    forwarder: AtomicBool,
 }
 
 impl fmt::Debug for EntityHandle {
@@ -275,7 +278,12 @@ impl Broker {
             for counts in
                 ask_all(&entity, |reply| Command::Counts { reply }).await.into_iter().flatten()
             {
-                total += counts.active + counts.deferred + counts.scheduled + counts.dead_lettered;
+                total += counts.active
+                    + counts.deferred
+                    + counts.scheduled
+                    + counts.dead_lettered
+                    + counts.transfer
+                    + counts.transfer_dead_lettered;
             }
         }
         total
@@ -400,6 +408,7 @@ impl Broker {
             partitions,
             round_robin: RoundRobin::default(),
             pending_bytes: AtomicU64::new(0),
+            forwarder: AtomicBool::new(false),
         }))
     }
 
@@ -495,7 +504,12 @@ impl Broker {
                 )));
             }
         }
-        self.check_forward_targets(path, &description)?;
+        self.check_forwarding(
+            &description.forward_to,
+            &description.forward_dead_lettered_messages_to,
+            description.requires_session,
+            path,
+        )?;
         let now = self.inner.clock.now();
         let id = self.inner.next_entity_id.load(Ordering::Acquire);
         let partitions = description.partitions();
@@ -526,34 +540,10 @@ impl Broker {
         self.namespace_store().write(batch).await?;
         self.inner.next_entity_id.store(id + 1, Ordering::Release);
         let handle = self.start_entity(record.clone(), &[])?;
-        self.entities_mut().insert(path.key().to_owned(), handle);
+        self.entities_mut().insert(path.key().to_owned(), handle.clone());
+        self.ensure_forwarder(&handle);
         tracing::info!(entity = %name, kind = kind.as_str(), partitions, "entity created");
         Ok(entity_info(&record))
-    }
-
-    fn check_forward_targets(
-        &self,
-        path: &EntityPath,
-        description: &QueueDescription,
-    ) -> Result<()> {
-        for (field, target) in [
-            ("ForwardTo", &description.forward_to),
-            ("ForwardDeadLetteredMessagesTo", &description.forward_dead_lettered_messages_to),
-        ] {
-            let Some(target) = target else { continue };
-            let target_path =
-                EntityPath::parse(target).unwrap_or_else(|_| EntityPath::verbatim(target));
-            if target_path == *path {
-                return Err(BrokerError::invalid(field, "an entity cannot forward to itself"));
-            }
-            if !self.entities().contains_key(target_path.key()) {
-                return Err(BrokerError::invalid(
-                    field,
-                    format!("the destination entity {target} does not exist"),
-                ));
-            }
-        }
-        Ok(())
     }
 
     /// An entity's description, whatever its kind.
@@ -622,6 +612,8 @@ impl Broker {
                     total.deferred += c.deferred;
                     total.scheduled += c.scheduled;
                     total.dead_lettered += c.dead_lettered;
+                    total.transfer += c.transfer;
+                    total.transfer_dead_lettered += c.transfer_dead_lettered;
                     total.size_bytes += c.size_bytes;
                 }
                 Err(_) => unavailable.push(partition.id),
@@ -633,12 +625,14 @@ impl Broker {
             dead_letter_message_count: total.dead_lettered,
             scheduled_message_count: total.scheduled,
             deferred_message_count: total.deferred,
-            transfer_message_count: 0,
-            transfer_dead_letter_message_count: 0,
+            transfer_message_count: total.transfer,
+            transfer_dead_letter_message_count: total.transfer_dead_lettered,
             total_message_count: total.active
                 + total.deferred
                 + total.scheduled
-                + total.dead_lettered,
+                + total.dead_lettered
+                + total.transfer
+                + total.transfer_dead_lettered,
             size_in_bytes: total.size_bytes,
             availability: if unavailable.is_empty() {
                 Availability::Available
@@ -680,7 +674,12 @@ impl Broker {
         let shared = match (&record.description, &description) {
             (EntityDescription::Queue(current), EntityDescription::Queue(new)) => {
                 current.validate_update(new)?;
-                self.check_forward_targets(&entity.path, new)?;
+                self.check_forwarding(
+                    &new.forward_to,
+                    &new.forward_dead_lettered_messages_to,
+                    new.requires_session,
+                    &entity.path,
+                )?;
                 Arc::new(new.clone())
             }
             _ => return self.update_topic_entity(entity, record, description).await,
@@ -695,6 +694,7 @@ impl Broker {
         for p in &entity.partitions {
             p.send(Command::Update(shared.clone()));
         }
+        self.ensure_forwarder(&entity);
         Ok(entity_info(&record))
     }
 
@@ -910,6 +910,7 @@ impl Broker {
         let address = address.into();
         let entity = self.entity(&address.entity)?;
         self.check_receive(&entity)?;
+        self.check_not_forwarded(&entity, address.queue)?;
         if address.queue == SubQueue::Main && entity.description().requires_session {
             return Err(BrokerError::InvalidOperation(sessions::SESSION_REQUIRED.into()));
         }
@@ -1044,6 +1045,7 @@ impl Broker {
         let address = address.into();
         let entity = self.entity(&address.entity)?;
         self.check_receive(&entity)?;
+        self.check_not_forwarded(&entity, address.queue)?;
         let partitioned = entity.partitioned();
         if let Some(&seq) =
             sequence_numbers.iter().find(|s| entity.partition(s.partition(partitioned)).is_none())
@@ -1082,6 +1084,7 @@ impl Broker {
     ) -> Result<Vec<ReceivedMessage>> {
         let address = address.into();
         let entity = self.entity(&address.entity)?;
+        self.check_not_forwarded(&entity, address.queue)?;
         let partitioned = entity.partitioned();
         let mut partition = from.partition(partitioned);
         let mut start = from;

@@ -16,7 +16,7 @@ use crate::description::{
 };
 use crate::entity::{EntityDescription, EntityKind};
 use crate::message::{
-    ApplicationProperties, Message, MessageProperties, MessageState, PropertyValue,
+    ApplicationProperties, Forwarded, Message, MessageProperties, MessageState, PropertyValue,
 };
 use crate::store::StoreError;
 use crate::types::{SequenceNumber, Timestamp};
@@ -27,6 +27,8 @@ const V1: u8 = 1;
 /// id, a hop count, a transaction id) gets a new version here and a new arm in its decoder's
 /// `match`; the arms of older versions stay, filling what they lack with defaults.
 const BODY_VERSION: u8 = V1;
+/// A body record of an auto-forwarded message: version 1's fields, then its [`Forwarded`].
+const BODY_VERSION_2: u8 = 2;
 /// Meta records without the version-2 fields are still written as version 1 (byte for byte as
 /// before); those with them as version 2.
 const META_VERSION: u8 = V1;
@@ -39,6 +41,7 @@ const DEDUP_VERSION: u8 = V1;
 /// Entity records: version 1, or version 2 when a queue or topic has authorization rules (they
 /// follow the kind's fields); a record without rules is still written as version 1.
 const ENTITY_VERSION_2: u8 = 2;
+const TRANSFER_RECORD_VERSION: u8 = V1;
 
 /// An entity as stored, under the key of its path ([`crate::keys::entity`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -516,7 +519,8 @@ pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
 /// A message's body record: everything the sender sent, written once at enqueue.
 pub fn encode_body(m: &Message) -> Bytes {
     let capacity = 64 + m.body.len() + m.raw.as_ref().map_or(0, |r| r.len());
-    let mut w = Writer::versioned(BODY_VERSION, capacity);
+    let version = if m.forwarded.is_some() { BODY_VERSION_2 } else { BODY_VERSION };
+    let mut w = Writer::versioned(version, capacity);
     encode_message_properties(&mut w, &m.properties);
     encode_properties(&mut w, &m.application_properties);
     w.opt_bytes(&m.raw);
@@ -533,6 +537,13 @@ pub fn encode_body(m: &Message) -> Bytes {
         }
     }
     w.bool(m.application_properties_modified);
+    if let Some(f) = &m.forwarded {
+        w.u8(f.hops);
+        w.i64(f.enqueued_sequence_number.0);
+        w.opt_str(&f.dead_letter_source);
+        w.opt_str(&f.dead_letter_reason);
+        w.opt_str(&f.dead_letter_error_description);
+    }
     w.finish()
 }
 
@@ -759,10 +770,35 @@ fn decode_meta_v1(r: &mut Reader<'_>) -> DecodeResult<MessageMeta> {
     })
 }
 
+/// A destination's record of a transfer it stored: the key says everything, the value is
+/// its version.
+pub fn encode_transfer_record() -> Bytes {
+    Writer::versioned(TRANSFER_RECORD_VERSION, 0).finish()
+}
+
+pub fn decode_transfer_record(value: &[u8]) -> DecodeResult<()> {
+    let (r, version) = Reader::versioned(value, "transfer record")?;
+    match version {
+        V1 => Ok(()),
+        v => Err(r.unknown_version(v)),
+    }
+}
+
 pub fn decode_body(value: &[u8]) -> DecodeResult<Message> {
     let (mut r, version) = Reader::versioned(value, "message body record")?;
     match version {
         V1 => decode_body_v1(&mut r),
+        BODY_VERSION_2 => {
+            let mut message = decode_body_v1(&mut r)?;
+            message.forwarded = Some(Box::new(Forwarded {
+                hops: r.u8()?,
+                enqueued_sequence_number: SequenceNumber(r.i64()?),
+                dead_letter_source: r.opt(Reader::str)?,
+                dead_letter_reason: r.opt(Reader::str)?,
+                dead_letter_error_description: r.opt(Reader::str)?,
+            }));
+            Ok(message)
+        }
         v => Err(r.unknown_version(v)),
     }
 }
@@ -824,7 +860,14 @@ fn decode_body_v1(r: &mut Reader<'_>) -> DecodeResult<Message> {
         _ => return Err(r.corrupted("invalid body kind")),
     };
     let application_properties_modified = r.bool()?;
-    Ok(Message { properties, application_properties, body, raw, application_properties_modified })
+    Ok(Message {
+        properties,
+        application_properties,
+        body,
+        raw,
+        application_properties_modified,
+        forwarded: None,
+    })
 }
 
 /// A session's state record: when it was last set, and the state (never empty: a cleared
@@ -923,8 +966,24 @@ mod tests {
             body: Bytes::from_static(b"body"),
             raw: Some(Bytes::from_static(b"raw")),
             application_properties_modified: true,
+            forwarded: None,
         };
         assert_eq!(decode_body(&encode_body(&message)).unwrap(), message);
+        assert_eq!(encode_body(&message)[0], BODY_VERSION, "a plain body stays version 1");
+        // An auto-forwarded message's body carries its journey (version 2).
+        let forwarded = Message {
+            forwarded: Some(Box::new(Forwarded {
+                hops: 3,
+                enqueued_sequence_number: SequenceNumber(42),
+                dead_letter_source: Some("q1".into()),
+                dead_letter_reason: Some("why".into()),
+                dead_letter_error_description: None,
+            })),
+            ..message.clone()
+        };
+        let encoded = encode_body(&forwarded);
+        assert_eq!(encoded[0], BODY_VERSION_2);
+        assert_eq!(decode_body(&encoded).unwrap(), forwarded);
         // A body inside `raw` is stored once, as its place in `raw`.
         let raw = Bytes::from_static(b"header:the body:trailer");
         let sliced =
@@ -1032,6 +1091,7 @@ mod tests {
             body: raw.slice(4..),
             raw: Some(raw),
             application_properties_modified: false,
+            forwarded: None,
         };
         assert_eq!(decode_body(BODY_V1).unwrap(), body);
         assert_eq!(decode_partition(PARTITION_V1).unwrap(), 42);

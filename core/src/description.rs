@@ -72,9 +72,9 @@ pub struct QueueDescription {
     pub max_size_in_megabytes: u64,
     /// The largest message the queue accepts, in KiB. 256 by default.
     pub max_message_size_in_kilobytes: u64,
-    /// Auto-forward destination (stored; forwarding is not built yet).
+    /// Auto-forward destination: a queue or topic of the namespace (see `broker/forwarding.rs`).
     pub forward_to: Option<String>,
-    /// Auto-forward destination of dead-lettered messages (stored; not built yet).
+    /// Auto-forward destination of dead-lettered messages.
     pub forward_dead_lettered_messages_to: Option<String>,
     pub enable_batched_operations: bool,
     pub status: EntityStatus,
@@ -183,7 +183,12 @@ impl QueueDescription {
             ("ForwardDeadLetteredMessagesTo", &self.forward_dead_lettered_messages_to),
         ] {
             if let Some(target) = target {
-                validate_entity_name(target).map_err(|e| match e {
+                // A name, or an absolute URI naming one (`sb://host/name`).
+                let name = match target.split_once("://") {
+                    Some((_, rest)) => rest.split_once('/').map_or("", |(_, p)| p),
+                    None => target,
+                };
+                validate_entity_name(name.trim_matches('/')).map_err(|e| match e {
                     BrokerError::InvalidArgument { reason, .. } => {
                         BrokerError::InvalidArgument { field, reason }
                     }

@@ -41,6 +41,7 @@ const PARTITION_RECORD: u8 = b's';
 const DEDUP: u8 = b'u';
 const BODY: u8 = b'b';
 const SESSION: u8 = b'x';
+const TRANSFER_LEDGER: u8 = b'f';
 
 /// Identifies an entity in the store; assigned at creation, never reused.
 pub type EntityId = u64;
@@ -151,6 +152,32 @@ pub fn session_id(key: &[u8]) -> Option<String> {
     String::from_utf8(key.get(12..)?.to_vec()).ok()
 }
 
+/// The key of a destination partition's record of a transfer it stored (see
+/// `partition/transfer.rs`): the source entity's id and the transfer's sequence number.
+pub fn transfer_record(
+    id: EntityId,
+    partition: PartitionId,
+    source: EntityId,
+    seq: SequenceNumber,
+) -> Bytes {
+    let mut k = partition_key(id, partition, TRANSFER_LEDGER, 16);
+    k.put_u64(source);
+    k.put_u64(seq.0 as u64);
+    k.freeze()
+}
+
+pub fn transfer_records_prefix(id: EntityId, partition: PartitionId) -> Bytes {
+    partition_key(id, partition, TRANSFER_LEDGER, 0).freeze()
+}
+
+/// The source entity and sequence number at the end of a transfer record's key.
+pub fn transfer_of(key: &[u8]) -> Option<(EntityId, SequenceNumber)> {
+    let tail: [u8; 16] = key.get(key.len().checked_sub(16)?..)?.try_into().ok()?;
+    let source = u64::from_be_bytes(tail[..8].try_into().ok()?);
+    let seq = u64::from_be_bytes(tail[8..].try_into().ok()?) as i64;
+    Some((source, SequenceNumber(seq)))
+}
+
 /// The sequence number at the end of a message key.
 pub fn message_seq(key: &[u8]) -> Option<SequenceNumber> {
     let tail: [u8; 8] = key.get(key.len().checked_sub(8)?..)?.try_into().ok()?;
@@ -184,6 +211,8 @@ mod tests {
             message(9, PartitionId(3), SubQueue::DeadLetter, SequenceNumber(1)),
             dedup(9, PartitionId(3), &DedupKey("m".into())),
             session(9, PartitionId(3), "s"),
+            transfer_record(9, PartitionId(3), 4, SequenceNumber(5)),
+            message(9, PartitionId(3), SubQueue::Transfer, SequenceNumber(1)),
         ];
         for k in keys {
             assert!(k.starts_with(&p));
@@ -195,5 +224,9 @@ mod tests {
             Some(DedupKey("id\u{0}pk".into()))
         );
         assert_eq!(session_id(&session(9, PartitionId(3), "a/b")), Some("a/b".into()));
+        assert_eq!(
+            transfer_of(&transfer_record(9, PartitionId(3), 4, SequenceNumber(5))),
+            Some((4, SequenceNumber(5)))
+        );
     }
 }

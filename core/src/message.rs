@@ -66,7 +66,28 @@ pub struct Message {
     pub body: Bytes,
     pub raw: Option<Bytes>,
     pub application_properties_modified: bool,
+    /// Set by the broker on a message auto-forwarded into this entity (see [`Forwarded`]);
+    /// `None` on everything a client sends.
+    pub forwarded: Option<Box<Forwarded>>,
 }
+
+/// What an auto-forwarded message carries from the entities it came through: how many
+/// transfers it made, the sequence number it was first enqueued with, and, when a
+/// `ForwardDeadLetteredMessagesTo` moved it, where and why it was dead-lettered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Forwarded {
+    /// Transfers between entities so far (at most [`MAX_TRANSFER_HOPS`]).
+    pub hops: u8,
+    /// The sequence number the message had in the entity it was first sent to.
+    pub enqueued_sequence_number: SequenceNumber,
+    pub dead_letter_source: Option<String>,
+    pub dead_letter_reason: Option<String>,
+    pub dead_letter_error_description: Option<String>,
+}
+
+/// How many times a message may be auto-forwarded; the next transfer dead-letters it with
+/// [`dead_letter_reason::MAX_TRANSFER_HOP_COUNT_EXCEEDED`].
+pub const MAX_TRANSFER_HOPS: u8 = 4;
 
 impl Message {
     /// A message with `body` and nothing else set.
@@ -254,4 +275,16 @@ impl Disposition {
 pub mod dead_letter_reason {
     pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
     pub const TTL_EXPIRED: &str = "TTLExpiredException";
+    /// A forwarded message that would have made its fifth transfer.
+    pub const MAX_TRANSFER_HOP_COUNT_EXCEEDED: &str = "MaxTransferHopCountExceeded";
+    /// The description that goes with [`MAX_TRANSFER_HOP_COUNT_EXCEEDED`] (Service Bus's).
+    pub const MAX_TRANSFER_HOP_COUNT_EXCEEDED_DESCRIPTION: &str = "The maximum number of allowed \
+        hops when forwarding between queues has been exceeded. This value is set to 4.";
+    /// Auto-forwarding could not deliver the message: the destination is full.
+    pub const FORWARD_DESTINATION_FULL: &str = "ForwardingDestinationQuotaExceeded";
+    /// Auto-forwarding could not deliver the message: the destination does not take sends.
+    pub const FORWARD_DESTINATION_DISABLED: &str = "ForwardingDestinationDisabled";
+    /// Auto-forwarding could not deliver the message: the destination refused it (a session
+    /// destination and no SessionId, a message too large for it, no subscription took it).
+    pub const FORWARD_DESTINATION_REFUSED: &str = "ForwardingDestinationRefused";
 }

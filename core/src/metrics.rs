@@ -44,6 +44,18 @@ pub const SESSIONS_ACCEPTED_TOTAL: &str = "ironbus_broker_sessions_accepted_tota
 pub const SESSIONS_LOCKED: &str = "ironbus_broker_sessions_locked";
 /// Session locks lost: expired without renewal, or dropped when a partition rebuilt its state.
 pub const SESSION_LOCK_LOSSES_TOTAL: &str = "ironbus_broker_session_lock_losses_total";
+/// Messages auto-forwarding moved into their destination (transfers answered as stored or as
+/// a duplicate by duplicate detection).
+pub const FORWARD_MESSAGES_TOTAL: &str = "ironbus_forward_messages_forwarded_total";
+/// Transfers that could not be made. Label: `reason` (destination_missing: deleted or not
+/// found, unavailable: a partition could not serve, the message stays and is tried again;
+/// full, disabled, refused, hop_limit: the message was dead-lettered at the source).
+pub const FORWARD_FAILURES_TOTAL: &str = "ironbus_forward_transfer_failures_total";
+/// Transfers a destination had stored already (sent again after a crash or a failed write),
+/// answered without a second copy.
+pub const FORWARD_REDELIVERIES_TOTAL: &str = "ironbus_forward_transfer_redeliveries_total";
+/// Messages waiting in transfer queues now.
+pub const FORWARD_TRANSFER_QUEUE_MESSAGES: &str = "ironbus_forward_transfer_queue_messages";
 /// Partitions currently unavailable (their store cannot serve them).
 pub const PARTITIONS_UNAVAILABLE: &str = "ironbus_broker_partitions_unavailable";
 /// Message bodies read back from the store (not in the body cache when delivered or peeked).
@@ -185,6 +197,30 @@ pub const CATALOGUE: &[MetricDef] = &[
         name: SESSION_LOCK_LOSSES_TOTAL,
         kind: MetricKind::Counter,
         help: "Session locks lost (expired, or dropped by a partition rebuild)",
+        labels: &[],
+    },
+    MetricDef {
+        name: FORWARD_MESSAGES_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Messages auto-forwarding moved into their destination",
+        labels: &[],
+    },
+    MetricDef {
+        name: FORWARD_FAILURES_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Transfers that could not be made, by reason",
+        labels: &["reason"],
+    },
+    MetricDef {
+        name: FORWARD_REDELIVERIES_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Transfers sent again that their destination had stored already",
+        labels: &[],
+    },
+    MetricDef {
+        name: FORWARD_TRANSFER_QUEUE_MESSAGES,
+        kind: MetricKind::Gauge,
+        help: "Messages waiting in transfer queues",
         labels: &[],
     },
     MetricDef {

@@ -23,6 +23,8 @@
 //! - `effects.rs` — what a cycle decided, carried out after its write.
 //! - `sub_queues.rs` — [`sub_queues::SubQueues`], one value per sub-queue.
 //! - `tally.rs` — per-cycle message counters for the metrics.
+//! - `transfer.rs` — auto-forwarding's transfer ids and the ledger of transfers a destination
+//!   stored (exactly once across crashes).
 //!
 //! **Architecture Invariant:** the store is the truth, the in-memory state a cache of it. If a
 //! write fails, every reply of the cycle is an error, the partition is marked unavailable, and
@@ -47,6 +49,7 @@ mod tally;
 #[cfg(test)]
 mod tests;
 mod topic;
+mod transfer;
 
 use std::fmt;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
@@ -63,6 +66,7 @@ use self::state::PartitionState;
 pub(crate) use self::state::NOT_SESSIONFUL;
 use self::sub_queues::SubQueues;
 use self::topic::TopicPart;
+pub use self::transfer::TransferId;
 use crate::clock::Clock;
 use crate::description::QueueDescription;
 use crate::error::{BrokerError, Result, SessionError};
@@ -95,6 +99,9 @@ pub struct PartitionCounts {
     pub deferred: u64,
     pub scheduled: u64,
     pub dead_lettered: u64,
+    /// Messages waiting in the transfer queue (auto-forwarding).
+    pub transfer: u64,
+    pub transfer_dead_lettered: u64,
     pub size_bytes: u64,
 }
 
@@ -114,6 +121,14 @@ pub(crate) enum Command {
         messages: Vec<Arc<Message>>,
         reply: oneshot::Sender<Result<Vec<SendOutcome>>>,
     },
+    /// Auto-forwarded messages, each with its transfer id: one outcome per message. A
+    /// transfer this partition stored already is answered as a duplicate (see `transfer.rs`).
+    Transfer {
+        transfers: Vec<(TransferId, Arc<Message>)>,
+        reply: oneshot::Sender<Result<Vec<Result<SendOutcome>>>>,
+    },
+    /// The sources of these transfers completed them: they can never come again.
+    ForgetTransfers(Vec<TransferId>),
     Cancel {
         sequence_numbers: Vec<SequenceNumber>,
         reply: oneshot::Sender<Result<()>>,
@@ -405,6 +420,7 @@ impl Partition {
         for state in self.states_mut() {
             state.close_receivers();
             state.release_cache();
+            state.publish_transfer_depth(true);
         }
     }
 
@@ -448,6 +464,12 @@ impl Partition {
                 return true;
             }
             self.set_available(true);
+            // Messages recovered into the wrong place for the entity's forwarding rules (they
+            // changed while the partition could not write) move now, in this cycle's write.
+            let now = self.cx.clock.now();
+            for state in self.states_mut() {
+                state.reconcile_forwarding(now);
+            }
         }
 
         let now = self.cx.clock.now();
@@ -519,6 +541,11 @@ impl Partition {
                     self.state.fx.reply(reply, outcome);
                     true
                 }
+                (Some(topic), Command::Transfer { transfers, reply }) => {
+                    let outcomes = topic.publish_transfers(&mut self.state, transfers, now);
+                    self.state.fx.reply(reply, Ok(outcomes));
+                    true
+                }
                 (Some(topic), Command::Filtering(on)) => {
                     topic.filtering = on;
                     true
@@ -537,7 +564,7 @@ impl Partition {
                     topic.remove_lane(lane, &mut self.state);
                     self.state.fx.reply(reply, Ok(()));
                 }
-                Command::Configure(config) => topic.configure(lane, config),
+                Command::Configure(config) => topic.configure(lane, config, now),
                 command => {
                     if let Some(state) = topic.lane_mut(lane) {
                         state.apply(command, now);
@@ -575,7 +602,8 @@ impl Partition {
                     return true;
                 }
                 Command::Configure(config) => {
-                    topic.configure(lane, config);
+                    // Forwarding changes are applied when the partition is rebuilt.
+                    topic.configure_later(lane, config);
                     return true;
                 }
                 _ => {}
@@ -587,6 +615,10 @@ impl Partition {
         };
         match command {
             Command::Send { reply, .. } => fail(reply, error),
+            Command::Transfer { reply, .. } => fail(reply, error),
+            // The records stay until a later transfer's forget reaches them (or for ever: a
+            // few small records per outage).
+            Command::ForgetTransfers(_) => {}
             Command::Cancel { reply, .. } => fail(reply, error),
             Command::Settle { reply, .. } => fail(reply, error),
             Command::RenewLock { reply, .. } => fail(reply, error),
@@ -606,6 +638,7 @@ impl Partition {
             Command::SessionState { reply, .. } => {
                 let _ = reply.send(Err(error.clone().into()));
             }
+            // Forwarding changes are applied when the partition is rebuilt.
             Command::Update(description) => state.description = description,
             Command::Attach(receiver) => state.attach(receiver),
             Command::Detach(id) => state.detach(id),
@@ -734,6 +767,7 @@ fn batch_bytes(batch: &crate::store::WriteBatch) -> u64 {
 
 /// Publishes one lane's deliverable counts and size to its shared view.
 fn publish_state(state: &PartitionState, shared: &PartitionShared) {
+    state.publish_transfer_depth(false);
     for (queue, available) in state.index.available.iter() {
         shared.deliverable[queue].store(available.len() as u64, Ordering::SeqCst);
     }

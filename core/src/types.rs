@@ -167,15 +167,23 @@ pub enum SubQueue {
     Main,
     /// `$DeadLetterQueue`: messages dead-lettered by clients or by the broker.
     DeadLetter,
+    /// `$Transfer`: messages of an auto-forwarding entity waiting for the forwarder to move
+    /// them to their destination. Internal: no client receives from it.
+    Transfer,
+    /// `$Transfer/$DeadLetterQueue`: transfers that could not be delivered (send-via).
+    TransferDeadLetter,
 }
 
 impl SubQueue {
-    pub(crate) const ALL: [SubQueue; 2] = [SubQueue::Main, SubQueue::DeadLetter];
+    pub(crate) const ALL: [SubQueue; 4] =
+        [SubQueue::Main, SubQueue::DeadLetter, SubQueue::Transfer, SubQueue::TransferDeadLetter];
 
     pub(crate) fn index(self) -> usize {
         match self {
             SubQueue::Main => 0,
             SubQueue::DeadLetter => 1,
+            SubQueue::Transfer => 2,
+            SubQueue::TransferDeadLetter => 3,
         }
     }
 
@@ -183,7 +191,15 @@ impl SubQueue {
         match self {
             SubQueue::Main => b'm',
             SubQueue::DeadLetter => b'd',
+            SubQueue::Transfer => b't',
+            SubQueue::TransferDeadLetter => b'y',
         }
+    }
+
+    /// Whether the sub-queue holds dead letters (a message there cannot be dead-lettered
+    /// again).
+    pub(crate) fn is_dead_letter(self) -> bool {
+        matches!(self, SubQueue::DeadLetter | SubQueue::TransferDeadLetter)
     }
 }
 

@@ -333,10 +333,13 @@ mod tests {
                 .as_u16(),
             400
         );
-        // Transfer queues are recognised, and not built.
-        for p in ["q/$Transfer/$DeadLetterQueue/messages/head", "q/$transfer/messages/head"] {
-            assert!(matches!(r(Method::POST, p), Route::Unimplemented(_)), "{p}");
-        }
+        // The transfer queue is the forwarder's: recognised, not addressable; its dead-letter
+        // queue is addressable.
+        assert!(matches!(r(Method::POST, "q/$transfer/messages/head"), Route::Unimplemented(_)));
+        assert!(matches!(
+            r(Method::POST, "q/$Transfer/$DeadLetterQueue/messages/head"),
+            Route::Receive { peek_lock: true, .. }
+        ));
         // A sub-queue or a management node has no description; a broken path is a bad request.
         let status = |method: Method, p: &str| route(&method, p, true).unwrap_err().status.as_u16();
         assert_eq!(status(Method::GET, "q/$DeadLetterQueue"), 404);

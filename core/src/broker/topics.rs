@@ -104,6 +104,11 @@ impl Broker {
             let handle = self.start_entity(record, &[])?;
             self.entities_mut().insert(handle.path.key().to_owned(), handle);
         }
+        // Forwarders last: what they forward to is started.
+        let all: Vec<Arc<EntityHandle>> = self.entities().values().cloned().collect();
+        for entity in &all {
+            self.ensure_forwarder(entity);
+        }
         Ok(())
     }
 
@@ -128,6 +133,7 @@ impl Broker {
             partitions,
             round_robin: crate::router::RoundRobin::default(),
             pending_bytes: std::sync::atomic::AtomicU64::new(0),
+            forwarder: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -167,6 +173,12 @@ impl Broker {
             )));
         }
         self.check_filter_quota(&topic.path, &rule, None)?;
+        self.check_forwarding(
+            &description.forward_to,
+            &description.forward_dead_lettered_messages_to,
+            description.requires_session,
+            path,
+        )?;
         let topic_description = topic_description(&topic)?;
         let now = self.inner.clock.now();
         let id = self.inner.next_entity_id.load(std::sync::atomic::Ordering::Acquire);
@@ -204,9 +216,10 @@ impl Broker {
         let handle = self.subscription_handle(record.clone(), &topic, shareds, &config);
         let rule_handle = self.start_entity(rule_record, &[])?;
         let mut entities = self.entities_mut();
-        entities.insert(path.key().to_owned(), handle);
+        entities.insert(path.key().to_owned(), handle.clone());
         entities.insert(rule_path.key().to_owned(), rule_handle);
         drop(entities);
+        self.ensure_forwarder(&handle);
         tracing::info!(entity = %path, rule = %rule_name, "subscription created");
         Ok(entity_info(&record))
     }
@@ -260,6 +273,12 @@ impl Broker {
             }
             (EntityDescription::Subscription(current), EntityDescription::Subscription(new)) => {
                 current.validate_update(new)?;
+                self.check_forwarding(
+                    &new.forward_to,
+                    &new.forward_dead_lettered_messages_to,
+                    new.requires_session,
+                    &entity.path,
+                )?;
             }
             (EntityDescription::Rule(_), EntityDescription::Rule(new)) => {
                 crate::rules::compile_rule(entity.path.name(), new)?;
@@ -300,6 +319,7 @@ impl Broker {
                 let current = entity.description();
                 entity.set_record(record.clone(), current);
                 self.reconfigure(&entity)?;
+                self.ensure_forwarder(&entity);
             }
             EntityDescription::Rule(_) => {
                 entity.set_record(record.clone(), entity.description());

@@ -138,9 +138,9 @@ pub struct SubscriptionDescription {
     pub max_delivery_count: u32,
     pub enable_batched_operations: bool,
     pub status: EntityStatus,
-    /// Stored for auto-forwarding.
+    /// Auto-forward destination (see `QueueDescription::forward_to`).
     pub forward_to: Option<String>,
-    /// Stored for auto-forwarding.
+    /// Auto-forward destination (see `QueueDescription::forward_to`).
     pub forward_dead_lettered_messages_to: Option<String>,
     pub user_metadata: Option<String>,
     /// Stored and echoed.

@@ -105,8 +105,21 @@ impl Outgoing {
 
     /// The received message, once the body is there (bodies are loaded before a cycle that
     /// went well completes).
-    pub(crate) fn finish(self) -> ReceivedMessage {
-        let body = self.body.expect("bodies are loaded before a cycle ends well");
+    pub(crate) fn finish(mut self) -> ReceivedMessage {
+        let body = self.body.take().expect("bodies are loaded before a cycle ends well");
+        if let Some(forwarded) = &body.forwarded {
+            // What an auto-forwarded message brought along, unless this entity set its own.
+            let b = &mut self.broker;
+            if b.enqueued_sequence_number == b.sequence_number {
+                b.enqueued_sequence_number = forwarded.enqueued_sequence_number;
+            }
+            if b.dead_letter_reason.is_none() && b.dead_letter_source.is_none() {
+                b.dead_letter_source.clone_from(&forwarded.dead_letter_source);
+                b.dead_letter_reason.clone_from(&forwarded.dead_letter_reason);
+                b.dead_letter_error_description
+                    .clone_from(&forwarded.dead_letter_error_description);
+            }
+        }
         let unchanged = self.modified_properties.is_none()
             && self.removed_properties.is_empty()
             && self.system_properties.is_none();

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::transfer::TransferId;
 use crate::codec::{self, MessageMeta};
 use crate::dedup::DedupKey;
 use crate::keys::{self, EntityId};
@@ -83,6 +84,19 @@ impl Journal {
         }
     }
 
+    /// Records a transfer this partition stored (see `transfer.rs`).
+    pub(crate) fn put_transfer(&mut self, id: TransferId) {
+        let key =
+            keys::transfer_record(self.entity_id, self.partition, id.source, id.sequence_number);
+        self.batch.put(key, codec::encode_transfer_record());
+    }
+
+    pub(crate) fn delete_transfer(&mut self, id: TransferId) {
+        let key =
+            keys::transfer_record(self.entity_id, self.partition, id.source, id.sequence_number);
+        self.batch.delete(key);
+    }
+
     /// Deletes everything a lane (a subscription) keeps in this partition, with one range
     /// delete.
     pub(crate) fn delete_lane(&mut self, lane: EntityId) {
@@ -120,6 +134,8 @@ pub(crate) enum Recovered {
     Dedup(DedupKey, Timestamp),
     /// A session's state: its id, when it was set, the state.
     SessionState(String, Timestamp, bytes::Bytes),
+    /// A transfer stored here whose source has not confirmed it yet.
+    Transfer(TransferId),
 }
 
 /// Reads every record of a partition an index is built from (never bodies), in key order
@@ -154,6 +170,13 @@ pub(crate) async fn recover(
             keys::session_id(key).ok_or_else(|| StoreError::corrupted("invalid session key"))?;
         let (updated_at, state) = codec::decode_session_state(value)?;
         f(Recovered::SessionState(id, updated_at, state))
+    })
+    .await?;
+    scan_each(store, &keys::transfer_records_prefix(entity_id, partition), |key, value| {
+        codec::decode_transfer_record(value)?;
+        let (source, sequence_number) =
+            keys::transfer_of(key).ok_or_else(|| StoreError::corrupted("invalid transfer key"))?;
+        f(Recovered::Transfer(TransferId { source, sequence_number }))
     })
     .await
 }

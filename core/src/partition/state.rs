@@ -18,6 +18,7 @@ use super::journal::{Journal, Recovered};
 use super::locks::LockTable;
 use super::sessions::SessionId;
 use super::sub_queues::SubQueues;
+use super::transfer::{TransferId, TransferLedger};
 use super::{Command, PartitionCounts, SendOutcome, SessionGrant};
 use crate::dedup::{DedupKey, DedupWindow};
 use crate::description::QueueDescription;
@@ -90,6 +91,11 @@ pub(crate) struct PartitionState {
     pub(crate) entity_kind: &'static str,
     /// A subscription's path: its lane also counts its own messages, by this `entity` label.
     pub(crate) metric_entity: Option<Arc<str>>,
+    /// Transfers this partition stored whose sources have not confirmed them (see
+    /// `transfer.rs`).
+    pub(crate) transfers: TransferLedger,
+    /// The transfer-queue depth last added to the metrics gauge.
+    published_transfers: std::sync::atomic::AtomicU64,
     /// What the cycle under way decided; the actor carries it out.
     pub(crate) fx: Effects,
 }
@@ -120,6 +126,8 @@ impl PartitionState {
             shared_bodies: false,
             entity_kind: "queue",
             metric_entity: None,
+            transfers: TransferLedger::default(),
+            published_transfers: std::sync::atomic::AtomicU64::new(0),
             fx: Effects::new(journal),
         }
     }
@@ -140,6 +148,7 @@ impl PartitionState {
         }
         self.locks = LockTable::default();
         self.dedup = DedupWindow::default();
+        self.transfers = TransferLedger::default();
         self.last_counter = 0;
         self.counter_dirty = false;
         self.swept_to = SequenceNumber::default();
@@ -159,6 +168,9 @@ impl PartitionState {
                 self.index.insert(queue, seq, Entry::from_meta(seq, meta));
             }
             Recovered::Dedup(key, until) => self.dedup.restore(key, until),
+            Recovered::Transfer(id) => {
+                self.transfers.insert(id);
+            }
             Recovered::SessionState(id, at, state) => {
                 if let Some(sessions) = self.index.sessions.as_deref_mut() {
                     self.index.size_bytes += state.len() as u64;
@@ -176,6 +188,11 @@ impl PartitionState {
                 let outcomes = self.enqueue(messages, now);
                 self.fx.reply(reply, outcomes);
             }
+            Command::Transfer { transfers, reply } => {
+                let outcomes = self.accept_transfers(transfers, now);
+                self.fx.reply(reply, Ok(outcomes));
+            }
+            Command::ForgetTransfers(ids) => self.forget_transfers(&ids),
             Command::Cancel { sequence_numbers, reply } => {
                 self.cancel(&sequence_numbers);
                 self.fx.reply(reply, Ok(()));
@@ -204,7 +221,7 @@ impl PartitionState {
                 let counts = self.counts();
                 self.fx.reply(reply, Ok(counts));
             }
-            Command::Update(description) => self.description = description,
+            Command::Update(description) => self.set_description(description, now),
             Command::Attach(receiver) => self.attach(receiver),
             Command::Detach(id) => {
                 self.detach(id);
@@ -328,8 +345,13 @@ impl PartitionState {
             if let Some(entry) = self.index.entry_mut(SubQueue::Main, seq) {
                 entry.state = MessageState::Active;
                 entry.enqueued_time = at;
-                self.persist(SubQueue::Main, seq);
-                self.make_available(SubQueue::Main, seq, now);
+                if self.forwards() {
+                    // It becomes active in a forwarding entity: it is the forwarder's now.
+                    self.relocate(SubQueue::Main, SubQueue::Transfer, seq, now);
+                } else {
+                    self.persist(SubQueue::Main, seq);
+                    self.make_available(SubQueue::Main, seq, now);
+                }
             }
         }
         while let Some(&(at, seq)) = self.index.expiring.first() {
@@ -461,6 +483,13 @@ impl PartitionState {
                 }
             }
         }
+        // A forwarding entity's active messages (and dead letters, with
+        // ForwardDeadLetteredMessagesTo) go to its transfer queue in this same write.
+        if (queue == SubQueue::Main && !scheduled && self.forwards())
+            || (queue == SubQueue::DeadLetter && self.forwards_dead_letters())
+        {
+            queue = SubQueue::Transfer;
+        }
         let default_ttl = self.description.default_message_time_to_live;
         let ttl = message.properties.time_to_live.map_or(default_ttl, |t| t.min(default_ttl));
         let size = u32::try_from(message.size()).unwrap_or(u32::MAX);
@@ -516,7 +545,7 @@ impl PartitionState {
         now: Timestamp,
     ) -> Result<()> {
         let seq = self.locks.locked(queue, token)?;
-        if queue == SubQueue::DeadLetter && matches!(disposition, Disposition::DeadLetter { .. }) {
+        if queue.is_dead_letter() && matches!(disposition, Disposition::DeadLetter { .. }) {
             return Err(BrokerError::InvalidOperation(
                 "a message in the dead-letter queue cannot be dead-lettered again".into(),
             ));
@@ -540,7 +569,8 @@ impl PartitionState {
                 self.make_available(queue, seq, now);
             }
             Disposition::DeadLetter { reason, description, properties } => self
-                .move_to_dead_letter(
+                .move_to_dead_letter_from(
+                    queue,
                     seq,
                     reason.as_deref().unwrap_or_default(),
                     description.unwrap_or_default(),
@@ -685,6 +715,8 @@ impl PartitionState {
             }
         }
         c.dead_lettered = self.index.messages[SubQueue::DeadLetter].len() as u64;
+        c.transfer = self.index.messages[SubQueue::Transfer].len() as u64;
+        c.transfer_dead_lettered = self.index.messages[SubQueue::TransferDeadLetter].len() as u64;
         c
     }
 
@@ -1001,11 +1033,38 @@ impl PartitionState {
         description: String,
         properties: ApplicationProperties,
     ) {
-        let Some(mut entry) = self.take(SubQueue::Main, seq) else { return };
+        self.move_to_dead_letter_from(SubQueue::Main, seq, reason, description, properties);
+    }
+
+    /// Dead-letters a message of the main queue or (the forwarder's verdict) of the transfer
+    /// queue. With ForwardDeadLetteredMessagesTo the dead letter goes to the transfer queue to
+    /// be forwarded, unless it is a transfer that was already a dead letter (its destination
+    /// is the broken one: it stays here) or it exceeded the hop limit.
+    fn move_to_dead_letter_from(
+        &mut self,
+        from: SubQueue,
+        seq: SequenceNumber,
+        reason: &str,
+        description: String,
+        properties: ApplicationProperties,
+    ) {
+        let Some(mut entry) = self.take(from, seq) else { return };
+        let was_dead_letter = entry.aux.as_ref().is_some_and(|a| a.dead_letter_reason.is_some());
+        let to = if self.forwards_dead_letters()
+            && !(from == SubQueue::Transfer && was_dead_letter)
+            && reason != dead_letter_reason::MAX_TRANSFER_HOP_COUNT_EXCEEDED
+        {
+            SubQueue::Transfer
+        } else {
+            SubQueue::DeadLetter
+        };
         let label = match reason {
-            dead_letter_reason::MAX_DELIVERY_COUNT_EXCEEDED | dead_letter_reason::TTL_EXPIRED => {
-                reason.to_owned()
-            }
+            dead_letter_reason::MAX_DELIVERY_COUNT_EXCEEDED
+            | dead_letter_reason::TTL_EXPIRED
+            | dead_letter_reason::MAX_TRANSFER_HOP_COUNT_EXCEEDED
+            | dead_letter_reason::FORWARD_DESTINATION_FULL
+            | dead_letter_reason::FORWARD_DESTINATION_DISABLED
+            | dead_letter_reason::FORWARD_DESTINATION_REFUSED => reason.to_owned(),
             _ => "client".to_owned(),
         };
         if let Some(entity) = &self.metric_entity {
@@ -1032,7 +1091,129 @@ impl PartitionState {
         aux.dead_letter_reason = Some(reason.to_owned());
         aux.dead_letter_error_description = Some(description);
         entry.state = MessageState::Active;
-        self.fx.journal.put_meta(SubQueue::DeadLetter, seq, &entry.meta(seq));
-        self.index.insert(SubQueue::DeadLetter, seq, entry);
+        self.fx.journal.put_meta(to, seq, &entry.meta(seq));
+        self.index.insert(to, seq, entry);
+    }
+
+    // ---- auto-forwarding ----
+
+    /// Whether the entity forwards its messages (ForwardTo).
+    pub(crate) fn forwards(&self) -> bool {
+        self.description.forward_to.is_some()
+    }
+
+    /// Whether the entity forwards its dead letters (ForwardDeadLetteredMessagesTo).
+    pub(crate) fn forwards_dead_letters(&self) -> bool {
+        self.description.forward_dead_lettered_messages_to.is_some()
+    }
+
+    /// A new description: messages move between the main, dead-letter and transfer queues if
+    /// the forwarding rules changed.
+    pub(crate) fn set_description(&mut self, description: Arc<QueueDescription>, now: Timestamp) {
+        let changed = description.forward_to != self.description.forward_to
+            || description.forward_dead_lettered_messages_to
+                != self.description.forward_dead_lettered_messages_to;
+        self.description = description;
+        if changed {
+            self.reconcile_forwarding(now);
+        }
+    }
+
+    /// Puts every message where the forwarding rules want it: with ForwardTo the main queue's
+    /// active, unlocked messages go to the transfer queue; without it the transfer queue's
+    /// messages come back (dead letters to the dead-letter queue unless those are forwarded).
+    pub(crate) fn reconcile_forwarding(&mut self, now: Timestamp) {
+        if self.forwards() {
+            let active: Vec<SequenceNumber> = self.index.available[SubQueue::Main]
+                .iter()
+                .copied()
+                .filter(|seq| {
+                    self.index.entry(SubQueue::Main, *seq).is_some_and(|e| e.lock().is_none())
+                })
+                .collect();
+            for seq in active {
+                self.relocate(SubQueue::Main, SubQueue::Transfer, seq, now);
+            }
+        }
+        let (forwards, forwards_dead_letters) = (self.forwards(), self.forwards_dead_letters());
+        let back: Vec<(SequenceNumber, SubQueue)> = self.index.messages[SubQueue::Transfer]
+            .iter()
+            .filter_map(|(&seq, e)| {
+                let dead = e.aux.as_ref().is_some_and(|a| a.dead_letter_reason.is_some());
+                match (dead, forwards, forwards_dead_letters) {
+                    (false, false, _) => Some((seq, SubQueue::Main)),
+                    (true, _, false) => Some((seq, SubQueue::DeadLetter)),
+                    _ => None,
+                }
+            })
+            .collect();
+        for (seq, to) in back {
+            self.relocate(SubQueue::Transfer, to, seq, now);
+        }
+    }
+
+    /// Moves a message from one sub-queue to another (unlocking it): its meta record moves,
+    /// its body stays.
+    fn relocate(&mut self, from: SubQueue, to: SubQueue, seq: SequenceNumber, now: Timestamp) {
+        let Some(entry) = self.take(from, seq) else { return };
+        self.fx.journal.put_meta(to, seq, &entry.meta(seq));
+        self.index.insert(to, seq, entry);
+        if to == SubQueue::Main {
+            // Expired while it waited: it goes the way of an expired message.
+            if self.index.entry(to, seq).is_some_and(|e| e.expires_at <= now) {
+                self.expire(seq);
+            }
+        }
+    }
+
+    /// Stores auto-forwarded messages, each at most once (see `transfer.rs`).
+    fn accept_transfers(
+        &mut self,
+        transfers: Vec<(TransferId, Arc<Message>)>,
+        now: Timestamp,
+    ) -> Vec<Result<SendOutcome>> {
+        let mut outcomes = Vec::with_capacity(transfers.len());
+        for (id, message) in transfers {
+            if !self.record_transfer(id) {
+                outcomes.push(Ok(SendOutcome::Duplicate));
+                continue;
+            }
+            if self.admit(&message, now) {
+                outcomes.push(Ok(SendOutcome::Enqueued(self.store_new(message, now))));
+            } else {
+                outcomes.push(Ok(SendOutcome::Duplicate));
+            }
+        }
+        self.process_due(now);
+        outcomes
+    }
+
+    /// Records a transfer in the ledger (and the journal); false if it was stored already.
+    pub(crate) fn record_transfer(&mut self, id: TransferId) -> bool {
+        if !self.transfers.insert(id) {
+            metrics::counter!(m::FORWARD_REDELIVERIES_TOTAL).increment(1);
+            return false;
+        }
+        self.fx.journal.put_transfer(id);
+        true
+    }
+
+    pub(crate) fn forget_transfers(&mut self, ids: &[TransferId]) {
+        for id in ids {
+            if self.transfers.remove(id) {
+                self.fx.journal.delete_transfer(*id);
+            }
+        }
+    }
+
+    /// Adds the change of the transfer queue's depth since the last call to the gauge (all of
+    /// it, when the partition stops).
+    pub(crate) fn publish_transfer_depth(&self, stopping: bool) {
+        let depth = if stopping { 0 } else { self.index.messages[SubQueue::Transfer].len() as u64 };
+        let before = self.published_transfers.swap(depth, std::sync::atomic::Ordering::Relaxed);
+        if depth != before {
+            metrics::gauge!(m::FORWARD_TRANSFER_QUEUE_MESSAGES)
+                .increment(depth as f64 - before as f64);
+        }
     }
 }

@@ -57,6 +57,14 @@ mod tests {
         counts[SubQueue::DeadLetter] += 2;
         counts[SubQueue::Main] += 1;
         let all: Vec<_> = counts.iter().map(|(q, n)| (q, *n)).collect();
-        assert_eq!(all, [(SubQueue::Main, 1), (SubQueue::DeadLetter, 2)]);
+        assert_eq!(
+            all,
+            [
+                (SubQueue::Main, 1),
+                (SubQueue::DeadLetter, 2),
+                (SubQueue::Transfer, 0),
+                (SubQueue::TransferDeadLetter, 0)
+            ]
+        );
     }
 }

@@ -90,7 +90,18 @@ impl TopicPart {
         Some(&mut self.lanes[i].state)
     }
 
-    pub(crate) fn configure(&mut self, id: LaneId, config: Arc<LaneConfig>) {
+    pub(crate) fn configure(&mut self, id: LaneId, config: Arc<LaneConfig>, now: Timestamp) {
+        if let Ok(i) = self.lanes.binary_search_by_key(&id, |l| l.id) {
+            let lane = &mut self.lanes[i];
+            lane.state.set_description(config.description.clone(), now);
+            lane.state.metric_entity = Some(config.name.clone());
+            lane.config = config;
+        }
+    }
+
+    /// [`TopicPart::configure`] while the partition cannot write: messages move between
+    /// sub-queues when it is rebuilt.
+    pub(crate) fn configure_later(&mut self, id: LaneId, config: Arc<LaneConfig>) {
         if let Ok(i) = self.lanes.binary_search_by_key(&id, |l| l.id) {
             let lane = &mut self.lanes[i];
             lane.state.description = config.description.clone();
@@ -111,6 +122,7 @@ impl TopicPart {
         }
         lane.state.close_receivers();
         lane.state.release_cache();
+        lane.state.publish_transfer_depth(true);
         // Its cycle's answers fail as if the subscription had gone first.
         lane.state.fx.complete(&Err(BrokerError::EntityNotFound { entity: "subscription".into() }));
     }
@@ -132,10 +144,15 @@ impl TopicPart {
                 continue;
             }
             let size = message.size() as u64;
+            let forwarded = message.forwarded.as_deref();
             let published = PublishInfo {
                 enqueued_time: now,
                 sequence_number: SequenceNumber(0),
                 size,
+                // An auto-forwarded message: what `sys.` shows of its journey.
+                enqueued_sequence_number: forwarded
+                    .map_or(SequenceNumber(0), |f| f.enqueued_sequence_number),
+                dead_letter_source: forwarded.and_then(|f| f.dead_letter_source.as_deref()),
                 ..PublishInfo::default()
             };
             let route = self.route(message, published);
@@ -165,6 +182,31 @@ impl TopicPart {
             outcomes.push(SendOutcome::Enqueued(seq));
         }
         Ok(outcomes)
+    }
+
+    /// Publishes auto-forwarded messages, each on its own (one refused message does not
+    /// refuse the others) and each at most once: the topic's own lane keeps the ledger of the
+    /// transfers it published (see `transfer.rs`).
+    pub(crate) fn publish_transfers(
+        &mut self,
+        topic: &mut PartitionState,
+        transfers: Vec<(super::TransferId, Arc<Message>)>,
+        now: Timestamp,
+    ) -> Vec<Result<SendOutcome>> {
+        let mut outcomes = Vec::with_capacity(transfers.len());
+        for (id, message) in transfers {
+            if topic.transfers.contains(&id) {
+                topic.record_transfer(id);
+                outcomes.push(Ok(SendOutcome::Duplicate));
+                continue;
+            }
+            let outcome = self.publish(topic, vec![message], now).map(|mut o| o.remove(0));
+            if outcome.is_ok() {
+                topic.record_transfer(id);
+            }
+            outcomes.push(outcome);
+        }
+        outcomes
     }
 
     /// The routes of the subscriptions that take something of a message, by lane index, in

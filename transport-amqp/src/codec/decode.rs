@@ -129,6 +129,7 @@ pub fn decode_message(payload: Bytes) -> Result<Message> {
         body,
         raw: Some(raw),
         application_properties_modified: false,
+        forwarded: None,
     })
 }
 

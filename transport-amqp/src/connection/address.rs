@@ -96,7 +96,11 @@ mod tests {
             Node::Management(EntityAddress::parse("t/Subscriptions/s"))
         );
         assert_eq!(refused("t/Subscriptions/s/Rules/r"), "amqp:not-found");
-        assert_eq!(refused("q/$Transfer/$DeadLetterQueue"), "amqp:not-implemented");
+        assert_eq!(refused("q/$Transfer"), "amqp:not-implemented");
+        assert_eq!(
+            resolve("q/$Transfer/$DeadLetterQueue").unwrap(),
+            Node::Entity(EntityAddress::parse("q/$Transfer/$DeadLetterQueue"))
+        );
         assert_eq!(refused("sb://host/"), "com.microsoft:argument-error");
     }
 }

@@ -1,0 +1,528 @@
+//! Auto-forwarding: the configuration rules of ForwardTo and ForwardDeadLetteredMessagesTo,
+//! and the **forwarder**, which moves what a source's transfer queue holds into its
+//! destination through the destination's normal publish path.
+//!
+//! One forwarder task per forwarding entity (a queue or a subscription), fed by every
+//! partition of it like a receiver: a [`Receiver`] on the entity's transfer queue
+//! (`SubQueue::Transfer`, peek-lock), which a partition fills in the same write that would have
+//! made a message available (`PartitionState::insert_copy`, scheduled messages coming due, dead
+//! letters with ForwardDeadLetteredMessagesTo). For a batch it received, the forwarder
+//!
+//! 1. decides per message: the hop limit (a fifth transfer dead-letters it at the source with
+//!    `MaxTransferHopCountExceeded`), the destination's status, session rule, size and quota
+//!    (a refusal dead-letters it at the source with a stable reason);
+//! 2. routes each to a partition of the destination by its partition key (SessionId,
+//!    PartitionKey, MessageId, else its transfer id: a re-sent transfer meets the same
+//!    partition) and sends one `Command::Transfer` per partition; the destination stores the
+//!    message and a ledger record of its transfer id in one write (a topic publishes it: its
+//!    rules, duplicate detection and subscriptions apply);
+//! 3. settles the batch at the source in one request per partition: complete, dead-letter, or
+//!    release what must wait (a missing destination, an unavailable partition);
+//! 4. once the completions are durable, tells the destination partitions to forget those
+//!    transfer ids.
+//!
+//! A crash or a failed write between 2 and 3 leaves the transfer in the source (locks are
+//! memory only): it is sent again and the destination answers "duplicate" from its ledger, so
+//! the message lands exactly once. No store write spans two partitions.
+//!
+//! **Architecture Invariant:** a message leaves a transfer queue only after its destination
+//! stored it durably (or after it was dead-lettered at the source); a destination stores a
+//! transfer at most once.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Broker, EntityHandle, Reservation};
+use crate::address::{EntityAddress, EntityPath};
+use crate::description::QueueDescription;
+use crate::entity::EntityKind;
+use crate::error::{BrokerError, Result};
+use crate::message::{
+    dead_letter_reason, ApplicationProperties, Disposition, Forwarded, Message, ReceivedMessage,
+    MAX_TRANSFER_HOPS,
+};
+use crate::metrics as m;
+use crate::partition::{Command, TransferId};
+use crate::receiver::Receiver;
+use crate::router;
+use crate::types::{LockToken, PartitionId, ReceiveMode, SubQueue};
+
+/// Service Bus's refusal of a receiver (or a peek) on an entity that forwards its messages.
+pub(crate) const FORWARDING_RECEIVER: &str =
+    "Cannot create a message receiver on an entity with auto-forwarding enabled.";
+/// Service Bus's answer to a forwarding rule naming no entity of the namespace.
+pub(crate) const DESTINATION_MISSING: &str =
+    "SubCode=40400. The auto forwarding destination entity does not exist.";
+/// Service Bus's answer to ForwardTo on a session-enabled entity.
+pub(crate) const SESSION_SOURCE: &str = "SubCode=40000. Bad Request. ForwardTo cannot be set \
+    on an entity that requires sessions: auto-forwarding from session-enabled queues and \
+    subscriptions is not supported.";
+
+/// The most messages one forwarding round takes.
+const BATCH: u32 = 256;
+/// The first wait before a transfer that had to wait is tried again; it doubles up to
+/// [`RETRY_MAX`] while transfers keep waiting.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Transfers completed at their source, by destination partition: those partitions may forget
+/// them.
+type Forgets = HashMap<(EntityPath, PartitionId), Vec<TransferId>>;
+
+/// Transfers going one way: their places in the caller's list, and the transfers.
+type Group<M> = (Vec<usize>, Vec<(TransferId, M)>);
+
+/// What became of one transfer.
+#[derive(Debug, Clone)]
+enum Verdict {
+    /// Stored in (or found already stored by) this partition of the destination.
+    Stored(PartitionId),
+    /// The destination refuses it for good: dead-letter it at the source.
+    DeadLetter { reason: &'static str, description: String, label: &'static str },
+    /// It must wait: try again later.
+    Wait { error: BrokerError, label: &'static str },
+}
+
+/// The destination a forwarding rule names, as an entity path (an absolute `sb://host/name`
+/// URI names `name`).
+pub(crate) fn destination_path(target: &str) -> EntityPath {
+    EntityPath::parse(target).unwrap_or_else(|_| EntityPath::verbatim(target))
+}
+
+impl Broker {
+    /// Checks a queue's or subscription's forwarding rules (at create and update): each
+    /// destination must be a queue or topic of the namespace (an entity may name itself: the
+    /// hop limit then ends the loop), and a session-enabled entity cannot forward its
+    /// messages (its dead letters it can).
+    pub(crate) fn check_forwarding(
+        &self,
+        forward_to: &Option<String>,
+        forward_dead_letters_to: &Option<String>,
+        requires_session: bool,
+        source: &EntityPath,
+    ) -> Result<()> {
+        if forward_to.is_some() && requires_session {
+            return Err(BrokerError::invalid("ForwardTo", SESSION_SOURCE));
+        }
+        for (field, target) in
+            [("ForwardTo", forward_to), ("ForwardDeadLetteredMessagesTo", forward_dead_letters_to)]
+        {
+            let Some(target) = target else { continue };
+            let path = destination_path(target);
+            if path == *source {
+                continue;
+            }
+            let kind = self.entities().get(path.key()).map(|e| e.kind);
+            if !matches!(kind, Some(EntityKind::Queue | EntityKind::Topic)) {
+                return Err(BrokerError::invalid(field, DESTINATION_MISSING));
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses a receiver, peek or deferred receive on what an entity forwards (its main
+    /// queue with ForwardTo, its dead-letter queue with ForwardDeadLetteredMessagesTo) and on
+    /// its transfer queue, which is the forwarder's.
+    pub(crate) fn check_not_forwarded(&self, entity: &EntityHandle, queue: SubQueue) -> Result<()> {
+        let description = entity.description();
+        let forwarded = match queue {
+            SubQueue::Main => description.forward_to.is_some(),
+            SubQueue::DeadLetter => description.forward_dead_lettered_messages_to.is_some(),
+            SubQueue::Transfer => true,
+            SubQueue::TransferDeadLetter => false,
+        };
+        if forwarded {
+            Err(BrokerError::InvalidOperation(FORWARDING_RECEIVER.into()))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Starts the entity's forwarder if it has a forwarding rule and none runs. A forwarder
+    /// runs until its entity is deleted or the broker shuts down; while the entity has no
+    /// rule it idles (its transfer queue is empty).
+    pub(crate) fn ensure_forwarder(&self, entity: &Arc<EntityHandle>) {
+        if !matches!(entity.kind, EntityKind::Queue | EntityKind::Subscription) {
+            return;
+        }
+        let description = entity.description();
+        if description.forward_to.is_none()
+            && description.forward_dead_lettered_messages_to.is_none()
+        {
+            return;
+        }
+        if entity.forwarder.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let id = self.inner.next_receiver_id.fetch_add(1, Ordering::Relaxed);
+        let receiver =
+            Receiver::attach(entity.clone(), id, ReceiveMode::PeekLock, SubQueue::Transfer);
+        let forwarder = Forwarder {
+            broker: self.clone(),
+            entity: entity.clone(),
+            receiver,
+            forget: Forgets::new(),
+        };
+        tokio::spawn(forwarder.run());
+    }
+
+    /// Stores transfers in `destination`, each at most once; one verdict per transfer, in
+    /// order.
+    async fn deliver_transfers(
+        &self,
+        destination: &EntityPath,
+        transfers: Vec<(TransferId, Message)>,
+        forget: &mut Forgets,
+    ) -> Vec<Verdict> {
+        let count = transfers.len();
+        let wait = |error: BrokerError, label| vec![Verdict::Wait { error, label }; count];
+        let entity = match self.entity(destination) {
+            Ok(e) if matches!(e.kind, EntityKind::Queue | EntityKind::Topic) => e,
+            Ok(_) | Err(_) => {
+                let error = BrokerError::EntityNotFound { entity: destination.to_string() };
+                return wait(error, "destination_missing");
+            }
+        };
+        let description = entity.description();
+        if !description.status.can_send() {
+            let verdict = Verdict::DeadLetter {
+                reason: dead_letter_reason::FORWARD_DESTINATION_DISABLED,
+                description: format!(
+                    "the forwarding destination {} is {}",
+                    entity.path,
+                    description.status.as_str()
+                ),
+                label: "disabled",
+            };
+            return vec![verdict; count];
+        }
+        let mut verdicts: Vec<Option<Verdict>> = vec![None; count];
+        // Per partition: the transfers' places in `transfers`, and the transfers.
+        let mut groups: HashMap<PartitionId, Group<Arc<Message>>> = HashMap::new();
+        let mut incoming = 0u64;
+        let stored: u64 = entity.partitions.iter().map(|p| p.shared.size_bytes()).sum();
+        let limit = description.max_size_in_megabytes.saturating_mul(1024 * 1024);
+        let pending = entity.pending_bytes.load(Ordering::Acquire);
+        for (place, (id, message)) in transfers.into_iter().enumerate() {
+            match admit(&entity, &description, &message, stored + pending + incoming, limit) {
+                Err(verdict) => verdicts[place] = Some(verdict),
+                Ok(partition) => {
+                    let partition = partition.unwrap_or_else(|| {
+                        router::partition_for_key(&id.routing_key(), description.partitions())
+                    });
+                    incoming += message.size() as u64;
+                    let group = groups.entry(partition).or_default();
+                    group.0.push(place);
+                    group.1.push((id, Arc::new(message)));
+                }
+            }
+        }
+        entity.pending_bytes.fetch_add(incoming, Ordering::AcqRel);
+        let reservation = Reservation { entity: entity.clone(), bytes: incoming };
+        let mut asked = Vec::with_capacity(groups.len());
+        for (partition, (places, transfers)) in groups {
+            let handle = entity.partition(partition).expect("router stays within the entity");
+            // What this partition may forget goes with the next transfers to it (usually in
+            // the same cycle, so in the same write).
+            if let Some(ids) = forget.remove(&(destination.clone(), partition)) {
+                handle.send(Command::ForgetTransfers(ids));
+            }
+            asked.push((
+                partition,
+                places,
+                handle.ask(|reply| Command::Transfer { transfers, reply }),
+            ));
+        }
+        for (partition, places, answer) in asked {
+            match answer.await {
+                Ok(outcomes) => {
+                    for (place, outcome) in places.into_iter().zip(outcomes) {
+                        verdicts[place] = Some(match outcome {
+                            Ok(_) => Verdict::Stored(partition),
+                            Err(error) => refused(error),
+                        });
+                    }
+                }
+                Err(error) => {
+                    for place in places {
+                        verdicts[place] =
+                            Some(Verdict::Wait { error: error.clone(), label: "unavailable" });
+                    }
+                }
+            }
+        }
+        drop(reservation);
+        verdicts
+            .into_iter()
+            .map(|v| {
+                v.unwrap_or(Verdict::Wait {
+                    error: BrokerError::ShuttingDown,
+                    label: "unavailable",
+                })
+            })
+            .collect()
+    }
+}
+
+/// Whether the destination takes a transfer (its session rule, size and quota) and, if its
+/// partition key names one, the partition it goes to.
+fn admit(
+    entity: &EntityHandle,
+    description: &QueueDescription,
+    message: &Message,
+    used: u64,
+    limit: u64,
+) -> Result<Option<PartitionId>, Verdict> {
+    if description.requires_session
+        && entity.kind == EntityKind::Queue
+        && message.properties.session_id.is_none()
+    {
+        return Err(Verdict::DeadLetter {
+            reason: dead_letter_reason::FORWARD_DESTINATION_REFUSED,
+            description: super::sessions::SESSION_ID_NOT_SET.to_owned(),
+            label: "refused",
+        });
+    }
+    let (size, max) = (message.size(), description.max_message_size());
+    if size > max {
+        return Err(refused(BrokerError::MessageSizeExceeded { size, max }));
+    }
+    if used + size as u64 > limit {
+        return Err(Verdict::DeadLetter {
+            reason: dead_letter_reason::FORWARD_DESTINATION_FULL,
+            description: format!(
+                "the forwarding destination {} is full: {used} of {limit} bytes used",
+                entity.path
+            ),
+            label: "full",
+        });
+    }
+    if !description.enable_partitioning {
+        return Ok(Some(PartitionId(0)));
+    }
+    match router::partition_key(&message.properties, true) {
+        Ok(key) => Ok(key.map(|k| router::partition_for_key(k, description.partitions()))),
+        Err(error) => Err(refused(error)),
+    }
+}
+
+/// A destination's refusal of one transfer: it waits if a retry can help, else it is
+/// dead-lettered at the source with the destination's error as its description.
+fn refused(error: BrokerError) -> Verdict {
+    match error {
+        e if e.is_retriable() => Verdict::Wait { error: e, label: "unavailable" },
+        BrokerError::QuotaExceeded(text) => Verdict::DeadLetter {
+            reason: dead_letter_reason::FORWARD_DESTINATION_FULL,
+            description: text,
+            label: "full",
+        },
+        BrokerError::EntityDisabled { .. } => Verdict::DeadLetter {
+            reason: dead_letter_reason::FORWARD_DESTINATION_DISABLED,
+            description: error.to_string(),
+            label: "disabled",
+        },
+        e => Verdict::DeadLetter {
+            reason: dead_letter_reason::FORWARD_DESTINATION_REFUSED,
+            description: e.to_string(),
+            label: "refused",
+        },
+    }
+}
+
+/// One forwarding entity's forwarder (see the module docs).
+struct Forwarder {
+    broker: Broker,
+    entity: Arc<EntityHandle>,
+    receiver: Receiver,
+    /// Completed transfers whose destinations are not told yet (see [`Forgets`]).
+    forget: Forgets,
+}
+
+impl Forwarder {
+    async fn run(mut self) {
+        let mut retry = RETRY_FIRST;
+        loop {
+            self.receiver.set_outstanding(BATCH);
+            let first = match self.receiver.try_recv() {
+                Some(first) => first,
+                None => {
+                    // Idle: the destinations need not wait for the next transfer to forget.
+                    self.flush_forgets();
+                    let Some(first) = self.receiver.recv().await else { break };
+                    first
+                }
+            };
+            let mut batch = vec![first];
+            while batch.len() < BATCH as usize {
+                match self.receiver.try_recv() {
+                    Some(m) => batch.push(m),
+                    None => break,
+                }
+            }
+            if self.forward(batch).await {
+                retry = RETRY_FIRST;
+                continue;
+            }
+            // Something must wait: hold no credit meanwhile (what was released would come
+            // straight back), then try again after a while.
+            let clock = self.broker.clock().clone();
+            let deadline = clock.now().saturating_add(retry);
+            clock.sleep_until(deadline).await;
+            retry = (retry * 2).min(RETRY_MAX);
+        }
+        self.entity.forwarder.store(false, Ordering::Release);
+    }
+
+    /// Forwards one batch. False if some of it has to wait.
+    /// Tells every destination partition what it may forget now.
+    fn flush_forgets(&mut self) {
+        for ((destination, partition), ids) in self.forget.drain() {
+            if let Ok(entity) = self.broker.entity(&destination) {
+                if let Some(handle) = entity.partition(partition) {
+                    handle.send(Command::ForgetTransfers(ids));
+                }
+            }
+        }
+    }
+
+    async fn forward(&mut self, batch: Vec<ReceivedMessage>) -> bool {
+        let description = self.entity.description();
+        let source = &self.entity.path;
+        // Per destination: the messages' places in `batch`, and the transfers.
+        let mut by_destination: Vec<(EntityPath, Group<Message>)> = Vec::new();
+        let mut settlements: Vec<Option<Disposition>> = vec![None; batch.len()];
+        for (place, received) in batch.iter().enumerate() {
+            // A dead letter of this entity (not one forwarded in with its dead-letter
+            // fields: those name their source).
+            let dead = received.broker.dead_letter_reason.is_some()
+                && received.broker.dead_letter_source.is_none();
+            let rule = if dead {
+                &description.forward_dead_lettered_messages_to
+            } else {
+                &description.forward_to
+            };
+            let Some(target) = rule else {
+                // The rule went away under way: the partition takes it back.
+                settlements[place] = Some(Disposition::Release);
+                continue;
+            };
+            let hops = received.message.forwarded.as_ref().map_or(0, |f| f.hops);
+            if hops >= MAX_TRANSFER_HOPS {
+                metrics::counter!(m::FORWARD_FAILURES_TOTAL, "reason" => "hop_limit").increment(1);
+                settlements[place] = Some(Disposition::DeadLetter {
+                    reason: Some(dead_letter_reason::MAX_TRANSFER_HOP_COUNT_EXCEEDED.into()),
+                    description: Some(
+                        dead_letter_reason::MAX_TRANSFER_HOP_COUNT_EXCEEDED_DESCRIPTION.into(),
+                    ),
+                    properties: ApplicationProperties::new(),
+                });
+                continue;
+            }
+            let id = TransferId {
+                source: self.entity.id,
+                sequence_number: received.broker.sequence_number,
+            };
+            let message = transferred(received, hops, dead.then_some(source));
+            let destination = destination_path(target);
+            match by_destination.iter_mut().find(|(d, _)| *d == destination) {
+                Some((_, (places, transfers))) => {
+                    places.push(place);
+                    transfers.push((id, message));
+                }
+                None => by_destination.push((destination, (vec![place], vec![(id, message)]))),
+            }
+        }
+
+        let mut all_done = true;
+        // Transfers stored, by destination and partition, to forget once completed here.
+        let mut stored: Vec<(EntityPath, PartitionId, usize, TransferId)> = Vec::new();
+        for (destination, (places, transfers)) in by_destination {
+            let ids: Vec<TransferId> = transfers.iter().map(|(id, _)| *id).collect();
+            let verdicts =
+                self.broker.deliver_transfers(&destination, transfers, &mut self.forget).await;
+            for ((place, id), verdict) in places.into_iter().zip(ids).zip(verdicts) {
+                settlements[place] = Some(match verdict {
+                    Verdict::Stored(partition) => {
+                        stored.push((destination.clone(), partition, place, id));
+                        Disposition::Complete
+                    }
+                    Verdict::DeadLetter { reason, description, label } => {
+                        metrics::counter!(m::FORWARD_FAILURES_TOTAL, "reason" => label)
+                            .increment(1);
+                        tracing::info!(entity = %source, destination = %destination, reason, "forwarded message dead-lettered at its source");
+                        Disposition::DeadLetter {
+                            reason: Some(reason.into()),
+                            description: Some(description),
+                            properties: ApplicationProperties::new(),
+                        }
+                    }
+                    Verdict::Wait { error, label } => {
+                        if all_done {
+                            tracing::warn!(entity = %source, destination = %destination, error = %error, "cannot forward; messages wait in the transfer queue");
+                        }
+                        metrics::counter!(m::FORWARD_FAILURES_TOTAL, "reason" => label)
+                            .increment(1);
+                        all_done = false;
+                        Disposition::Release
+                    }
+                });
+            }
+        }
+        if !all_done {
+            // No credit while waiting, before anything is released.
+            self.receiver.set_outstanding(0);
+        }
+
+        let items: Vec<(LockToken, Disposition)> = batch
+            .iter()
+            .zip(settlements)
+            .filter_map(|(received, disposition)| {
+                Some((received.lock_token()?, disposition.unwrap_or(Disposition::Release)))
+            })
+            .collect();
+        let address = EntityAddress { entity: source.clone(), queue: SubQueue::Transfer };
+        let outcomes = self.broker.start_settle_many(address, items).await;
+
+        // Completed here for good: the destinations may forget those transfers.
+        let mut forwarded = 0u64;
+        for (destination, partition, place, id) in stored {
+            if outcomes.get(place).is_some_and(|o| o.is_ok()) {
+                forwarded += 1;
+                self.forget.entry((destination, partition)).or_default().push(id);
+            }
+        }
+        metrics::counter!(m::FORWARD_MESSAGES_TOTAL).increment(forwarded);
+        all_done
+    }
+}
+
+/// The message a transfer carries: the received message (with what the broker laid over it)
+/// and its journey so far — one hop more, its first sequence number, and for a dead letter
+/// of `dead_letter_source` its dead-letter fields.
+fn transferred(
+    received: &ReceivedMessage,
+    hops: u8,
+    dead_letter_source: Option<&EntityPath>,
+) -> Message {
+    let mut message = (*received.message).clone();
+    let before = message.forwarded.take().map(|f| *f).unwrap_or_default();
+    let broker = &received.broker;
+    let forwarded = match dead_letter_source {
+        Some(source) => Forwarded {
+            hops: hops + 1,
+            enqueued_sequence_number: broker.enqueued_sequence_number,
+            dead_letter_source: Some(source.to_string()),
+            dead_letter_reason: broker.dead_letter_reason.clone(),
+            dead_letter_error_description: broker.dead_letter_error_description.clone(),
+        },
+        None => Forwarded {
+            hops: hops + 1,
+            enqueued_sequence_number: broker.enqueued_sequence_number,
+            ..before
+        },
+    };
+    message.forwarded = Some(Box::new(forwarded));
+    message
+}
