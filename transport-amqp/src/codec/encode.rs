@@ -64,7 +64,7 @@ pub fn encode_delivery(received: &ReceivedMessage, options: DeliveryOptions) -> 
         annotate(MESSAGE_STATE, &|o| put_int(o, broker.state.code()));
     }
     let original = broker.enqueued_sequence_number;
-    if original.0 != 0 && original != broker.sequence_number {
+    if message.forwarded.is_some() || (original.0 != 0 && original != broker.sequence_number) {
         annotate(ENQUEUE_SEQUENCE_NUMBER, &|o| put_long(o, original.0));
     }
     if let Some(key) = &message.properties.partition_key {
