@@ -9,6 +9,7 @@ mod forwarding;
 mod sessions;
 mod topics;
 
+pub use forwarding::creation_order;
 pub use sessions::SessionReceiver;
 pub use topics::TopicRuntime;
 

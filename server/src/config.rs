@@ -478,13 +478,14 @@ pub fn iso_duration(text: &str) -> Result<Duration> {
 /// (their messages kept). Returns how many were created.
 pub async fn apply(broker: &Broker, declared: &Declared) -> Result<usize> {
     let mut created = 0;
-    // Forward targets must exist first: create queues without forwarding before the others,
-    // and subscriptions (which may forward to queues) after every queue.
-    let mut ordered: Vec<&DeclaredQueue> = declared.queues.iter().collect();
-    ordered.sort_by_key(|q| {
-        q.description.forward_to.is_some()
-            || q.description.forward_dead_lettered_messages_to.is_some()
-    });
+    // Forward targets must exist first: each queue after the queues it forwards to, and
+    // subscriptions (which may forward to queues) after every queue.
+    let named: Vec<(&str, &QueueDescription)> =
+        declared.queues.iter().map(|q| (q.name.as_str(), &q.description)).collect();
+    let ordered: Vec<&DeclaredQueue> = ironbus_core::broker::creation_order(&named)
+        .into_iter()
+        .map(|i| &declared.queues[i])
+        .collect();
     for queue in ordered {
         match broker.create_queue(&queue.name, queue.description.clone()).await {
             Ok(_) => created += 1,

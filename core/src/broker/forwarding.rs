@@ -91,6 +91,45 @@ pub(crate) fn destination_path(target: &str) -> EntityPath {
     EntityPath::parse(target).unwrap_or_else(|_| EntityPath::verbatim(target))
 }
 
+/// An order to create queues in (indexes into `queues`, each a name and its description) so
+/// that every queue comes after those of the list it forwards to (ForwardTo or
+/// ForwardDeadLetteredMessagesTo): a chain declared in any order can be created. Otherwise the
+/// order given is kept; queues on a cycle keep it too (an entity naming itself is no cycle).
+pub fn creation_order(queues: &[(&str, &QueueDescription)]) -> Vec<usize> {
+    let keys: Vec<String> =
+        queues.iter().map(|(name, _)| destination_path(name).key().to_owned()).collect();
+    let mut placed = vec![false; queues.len()];
+    let mut order = Vec::with_capacity(queues.len());
+    while order.len() < queues.len() {
+        let before = order.len();
+        for i in 0..queues.len() {
+            if placed[i] {
+                continue;
+            }
+            let d = queues[i].1;
+            let targets = [&d.forward_to, &d.forward_dead_lettered_messages_to];
+            let ready = targets.into_iter().flatten().all(|target| {
+                let key = destination_path(target).key().to_owned();
+                key == keys[i] || !keys.iter().zip(&placed).any(|(k, done)| *k == key && !done)
+            });
+            if ready {
+                placed[i] = true;
+                order.push(i);
+            }
+        }
+        if order.len() == before {
+            // A cycle: what is left, in the order given.
+            for (i, done) in placed.iter_mut().enumerate() {
+                if !*done {
+                    *done = true;
+                    order.push(i);
+                }
+            }
+        }
+    }
+    order
+}
+
 impl Broker {
     /// Checks a queue's or subscription's forwarding rules (at create and update): each
     /// destination must be a queue or topic of the namespace (an entity may name itself: the
@@ -525,4 +564,32 @@ fn transferred(
     };
     message.forwarded = Some(Box::new(forwarded));
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn to(target: Option<&str>) -> QueueDescription {
+        QueueDescription { forward_to: target.map(str::to_owned), ..QueueDescription::default() }
+    }
+
+    #[test]
+    fn queues_are_created_after_the_queues_they_forward_to() {
+        let (a, b, c, d) = (to(Some("B")), to(Some("sb://host/c")), to(None), to(Some("topic")));
+        let queues = [("a", &a), ("b", &b), ("c", &c), ("d", &d)];
+        assert_eq!(creation_order(&queues), [2, 3, 1, 0]);
+        let dead_letters = QueueDescription {
+            forward_dead_lettered_messages_to: Some("c".into()),
+            ..QueueDescription::default()
+        };
+        let queues = [("x", &dead_letters), ("c", &c)];
+        assert_eq!(creation_order(&queues), [1, 0]);
+    }
+
+    #[test]
+    fn cycles_and_self_forwarding_keep_the_order_given() {
+        let (a, b, s) = (to(Some("b")), to(Some("a")), to(Some("s")));
+        assert_eq!(creation_order(&[("s", &s), ("a", &a), ("b", &b)]), [0, 1, 2]);
+    }
 }
