@@ -449,6 +449,31 @@ async fn a_session_destination_takes_session_messages_and_the_others_are_dead_le
 }
 
 #[tokio::test]
+async fn a_subscription_forwarding_to_a_session_queue_dead_letters_copies_without_a_session() {
+    let f = Fixture::new().await;
+    f.queue("sessions", QueueDescription { requires_session: true, ..Default::default() }).await;
+    guard(f.broker.create_entity(&path("t"), EntityDescription::Topic(Default::default())))
+        .await
+        .unwrap();
+    let sub = SubscriptionDescription {
+        forward_to: Some("sessions".into()),
+        ..SubscriptionDescription::default()
+    };
+    guard(f.broker.create_entity(&path("t/Subscriptions/s"), EntityDescription::Subscription(sub)))
+        .await
+        .unwrap();
+    f.send("t", Message::new("with").with_session_id("s1")).await;
+    f.send("t", Message::new("without")).await;
+    f.until_active("sessions", 1).await;
+    f.until("the copy without a session is dead-lettered in the subscription", || async {
+        f.runtime("t/Subscriptions/s").await.dead_letter_message_count == 1
+    })
+    .await;
+    let [d] = &f.peek_all("t/Subscriptions/s/$DeadLetterQueue").await[..] else { panic!("one") };
+    assert_eq!(body(d), b"without");
+}
+
+#[tokio::test]
 async fn a_disabled_or_full_destination_dead_letters_at_the_source() {
     let f = Fixture::new().await;
     let disabled = QueueDescription { status: EntityStatus::SendDisabled, ..Default::default() };

@@ -244,3 +244,71 @@ fn sessions_report_locks_taken_held_and_lost() {
         .sum();
     assert_eq!(held, 0.0, "no session is held at the end");
 }
+
+/// The value of a gauge, 0 if it was never set.
+fn gauge(snapshot: &Snapshot, name: &str) -> f64 {
+    snapshot
+        .iter()
+        .filter(|(key, _, _, _)| key.key().name() == name)
+        .map(|(_, _, _, value)| match value {
+            DebugValue::Gauge(g) => g.into_inner(),
+            _ => 0.0,
+        })
+        .sum()
+}
+
+#[test]
+fn forwarding_reports_transfers_failures_and_the_transfer_queue() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let waiting = ::metrics::with_local_recorder(&recorder, || {
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            let clock = Arc::new(ManualClock::default());
+            let store = Arc::new(MemoryStore::new());
+            let broker =
+                Broker::open(store, clock.clone(), NamespaceLimits::default()).await.unwrap();
+            let forward = |to: &str| QueueDescription {
+                forward_to: Some(to.into()),
+                ..QueueDescription::default()
+            };
+            broker.create_queue("dest", QueueDescription::default()).await.unwrap();
+            broker.create_queue("src", forward("dest")).await.unwrap();
+            broker.create_queue("loop", forward("loop")).await.unwrap();
+            broker.send("src", vec![Message::new("a"), Message::new("b")]).await.unwrap();
+            broker.send("loop", vec![Message::new("round")]).await.unwrap();
+            let until = |name: &'static str, check: fn(&QueueRuntime) -> bool| {
+                let broker = broker.clone();
+                async move {
+                    for _ in 0..100_000 {
+                        if check(&broker.get_queue_runtime(name).await.unwrap()) {
+                            return;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                    panic!("{name} never got there");
+                }
+            };
+            until("dest", |r| r.active_message_count == 2).await;
+            until("loop", |r| r.dead_letter_message_count == 1).await;
+            // A deleted destination: the message waits in the transfer queue.
+            broker.delete_queue("dest").await.unwrap();
+            broker.send("src", vec![Message::new("c")]).await.unwrap();
+            until("src", |r| r.transfer_message_count == 1).await;
+            for _ in 0..100 {
+                tokio::task::yield_now().await;
+            }
+            broker.get_queue_runtime("src").await.unwrap().transfer_message_count
+        })
+    });
+    assert_eq!(waiting, 1);
+    let snapshot = snapshotter.snapshot().into_vec();
+    // Two from src, four hops of the loop.
+    assert_eq!(counter(&snapshot, m::FORWARD_MESSAGES_TOTAL, &[]), 6);
+    assert_eq!(counter(&snapshot, m::FORWARD_FAILURES_TOTAL, &[("reason", "hop_limit")]), 1);
+    assert!(
+        counter(&snapshot, m::FORWARD_FAILURES_TOTAL, &[("reason", "destination_missing")]) >= 1
+    );
+    assert_eq!(gauge(&snapshot, m::FORWARD_TRANSFER_QUEUE_MESSAGES), 1.0);
+}
