@@ -384,7 +384,14 @@ impl Forwarder {
         let mut retry = RETRY_FIRST;
         loop {
             self.receiver.set_outstanding(BATCH);
-            let first = match self.receiver.try_recv() {
+            let mut first = self.receiver.try_recv();
+            if first.is_none() {
+                // Under load the next batch is on its way: let it arrive before deciding
+                // that the forwarder is idle.
+                tokio::task::yield_now().await;
+                first = self.receiver.try_recv();
+            }
+            let first = match first {
                 Some(first) => first,
                 None => {
                     // Idle: the destinations need not wait for the next transfer to forget.
