@@ -478,8 +478,12 @@ pub fn iso_duration(text: &str) -> Result<Duration> {
 /// (their messages kept). Returns how many were created.
 pub async fn apply(broker: &Broker, declared: &Declared) -> Result<usize> {
     let mut created = 0;
-    // Forward targets must exist first: each queue after the queues it forwards to, and
-    // subscriptions (which may forward to queues) after every queue.
+    // Forward targets must exist first: topics (which never forward) before every queue, each
+    // queue after the queues it forwards to, and subscriptions (which may forward to queues and
+    // topics) last.
+    for topic in &declared.topics {
+        created += create_topic(broker, topic).await?;
+    }
     let named: Vec<(&str, &QueueDescription)> =
         declared.queues.iter().map(|q| (q.name.as_str(), &q.description)).collect();
     let ordered: Vec<&DeclaredQueue> = ironbus_core::broker::creation_order(&named)
@@ -494,22 +498,29 @@ pub async fn apply(broker: &Broker, declared: &Declared) -> Result<usize> {
         }
     }
     for topic in &declared.topics {
-        created += apply_topic(broker, topic).await?;
+        created += apply_subscriptions(broker, topic).await?;
     }
     Ok(created)
 }
 
-/// Creates a topic, its subscriptions and their rules, those missing.
-async fn apply_topic(broker: &Broker, topic: &DeclaredTopic) -> Result<usize> {
-    let parse =
-        |p: &str| EntityPath::parse(p).with_context(|| format!("{p:?} is not a valid entity path"));
-    let mut created = 0;
-    let path = parse(&topic.name)?;
+fn parse_path(path: &str) -> Result<EntityPath> {
+    EntityPath::parse(path).with_context(|| format!("{path:?} is not a valid entity path"))
+}
+
+/// Creates a topic if it is missing (1 if it did, else 0).
+async fn create_topic(broker: &Broker, topic: &DeclaredTopic) -> Result<usize> {
+    let path = parse_path(&topic.name)?;
     match broker.create_entity(&path, EntityDescription::Topic(topic.description.clone())).await {
-        Ok(_) => created += 1,
-        Err(BrokerError::EntityAlreadyExists { .. }) => {}
-        Err(e) => return Err(e).with_context(|| format!("creating topic {}", topic.name)),
+        Ok(_) => Ok(1),
+        Err(BrokerError::EntityAlreadyExists { .. }) => Ok(0),
+        Err(e) => Err(e).with_context(|| format!("creating topic {}", topic.name)),
     }
+}
+
+/// Creates a topic's subscriptions and their rules, those missing.
+async fn apply_subscriptions(broker: &Broker, topic: &DeclaredTopic) -> Result<usize> {
+    let parse = parse_path;
+    let mut created = 0;
     for sub in &topic.subscriptions {
         let sub_path = parse(&format!("{}/Subscriptions/{}", topic.name, sub.name))?;
         let context = || format!("creating subscription {sub_path}");
@@ -659,6 +670,27 @@ mod tests {
         assert_eq!(names("t").await, ["s1", "s2"]);
         assert_eq!(names("t/Subscriptions/s1").await, ["$Default"]);
         assert_eq!(names("t/Subscriptions/s2").await, ["a", "b"]);
+    }
+
+    #[tokio::test]
+    async fn forwarding_targets_are_created_before_their_sources_of_any_kind() {
+        // A queue forwarding to a topic, whose subscription forwards to a queue declared after
+        // the first one: every target exists when its source is created.
+        let text = r#"{"UserConfig": {"Namespaces": [{"Name": "n",
+            "Queues": [{"Name": "in", "Properties": {"ForwardTo": "t"}},
+                       {"Name": "out", "Properties": {}}],
+            "Topics": [{"Name": "t", "Subscriptions": [
+                {"Name": "s", "Properties": {"ForwardTo": "out"}}]}]}]}}"#;
+        let declared = parse(text).unwrap();
+        let broker = ironbus_core::Broker::open(
+            std::sync::Arc::new(ironbus_store_memory::MemoryStore::new()),
+            std::sync::Arc::new(ironbus_core::SystemClock),
+            ironbus_core::NamespaceLimits::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(apply(&broker, &declared).await.unwrap(), 2 + 1 + 1);
+        assert_eq!(apply(&broker, &declared).await.unwrap(), 0);
     }
 
     /// The example in the README is a configuration this parser takes, topics included.
