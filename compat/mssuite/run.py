@@ -202,6 +202,8 @@ def run_samples(root: Path, selection: List[str]) -> Dict[str, dict]:
     env = dict(os.environ)
     env.update(samples_env())
     env["PYTHONPATH"] = os.pathsep.join([str(SAMPLE_STANDINS), str(STANDINS)])
+    # The admin clients (azure-core over requests) trust the development CA, as in the tests.
+    env["REQUESTS_CA_BUNDLE"] = env["IRONBUS_CA_CERT"]
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     results = {}
     for name in names:
