@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::index::Entry;
 use super::state::PartitionState;
+use super::SessionId;
 use crate::message::ReceivedMessage;
 use crate::message::{
     ApplicationProperties, BrokerProperties, Message, MessageLock, MessageProperties,
@@ -50,6 +51,11 @@ impl BodyCache {
 
     pub(crate) fn give_back(&self, n: u64) {
         self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Bytes the cache could still take now (shared by every partition: a hint, not a promise).
+    pub(crate) fn room(&self) -> u64 {
+        self.budget.saturating_sub(self.used.load(Ordering::Acquire))
     }
 
     /// Bytes cached now, by every partition.
@@ -211,12 +217,48 @@ impl PartitionState {
         }
         let delivering = fx.deliveries.iter().any(|(_, o)| o.body.is_none());
         let mut ahead = Vec::new();
-        if delivering {
-            for (queue, available) in self.index.available.iter() {
-                for &seq in available.iter().take(PREFETCH) {
-                    if let Some(entry) = self.index.entry(queue, seq) {
-                        if entry.body.is_none() {
-                            ahead.push((queue, seq, entry.body_seq(seq)));
+        // Read ahead only what the cache can keep: a body read ahead and not cached is read
+        // again when it is delivered.
+        let mut room = if delivering { self.cache.room() } else { 0 };
+        let mut read_ahead = |queue: SubQueue, seq: SequenceNumber| {
+            let Some(entry) = self.index.entry(queue, seq) else { return true };
+            if entry.body.is_some() {
+                return true;
+            }
+            if u64::from(entry.size) > room {
+                return false;
+            }
+            room -= u64::from(entry.size);
+            ahead.push((queue, seq, entry.body_seq(seq)));
+            true
+        };
+        for (queue, available) in self.index.available.iter() {
+            match (queue, self.index.sessions.as_deref()) {
+                // A session entity's head belongs to sessions nobody may hold yet: read ahead in
+                // the sessions being delivered, whose holders ask for those messages next.
+                (SubQueue::Main, Some(sessions)) => {
+                    let mut delivered: Vec<&SessionId> = Vec::new();
+                    for (_, o) in &fx.deliveries {
+                        let seq = o.broker.sequence_number;
+                        let Some(id) = self.index.entry(queue, seq).and_then(|e| e.session())
+                        else {
+                            continue;
+                        };
+                        if !delivered.contains(&id) {
+                            delivered.push(id);
+                        }
+                    }
+                    let next = delivered.into_iter().flat_map(|id| sessions.available_of(id));
+                    for seq in next.take(PREFETCH) {
+                        if !read_ahead(queue, seq) {
+                            break;
+                        }
+                    }
+                }
+                _ => {
+                    for &seq in available.iter().take(PREFETCH) {
+                        if !read_ahead(queue, seq) {
+                            break;
                         }
                     }
                 }

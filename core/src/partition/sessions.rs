@@ -221,6 +221,11 @@ impl SessionIndex {
         self.sessions.get(id).and_then(|s| s.available.first().copied())
     }
 
+    /// The session's available messages, in order.
+    pub(crate) fn available_of(&self, id: &str) -> impl Iterator<Item = SequenceNumber> + '_ {
+        self.sessions.get(id).into_iter().flat_map(|s| s.available.iter().copied())
+    }
+
     /// The session's messages in the main queue from `from` on, in order.
     pub(crate) fn messages_from(
         &self,
