@@ -47,7 +47,11 @@ SAMPLE_STANDINS = HERE / "standins" / "samples"
 # Per-sample deadline: auto_lock_renew.py sleeps through 280 s of simulated work.
 SAMPLE_TIMEOUT_SECONDS = 420
 # Samples that receive until they are stopped, on Service Bus too: a shorter deadline.
-RUNS_UNTIL_STOPPED = {"failure_and_recovery.py": 60}
+# list_sessions.py lists a subscription's sessions, which needs a session-enabled one; the other
+# samples receive from the subscription without sessions.
+SESSION_SUBSCRIPTION = "samples-session-subscription"
+SAMPLE_ENV = {"list_sessions.py": {"SERVICEBUS_SUBSCRIPTION_NAME": SESSION_SUBSCRIPTION}}
+RUNS_UNTIL_STOPPED = {"failure_and_recovery.py": 60, "receive_iterator_queue.py": 60}
 # The representative subset (``--quick``, CI; about 3 minutes of tests): management of every entity
 # kind, the message and batch models (the wire-shape divergences included), subscriptions over AMQP
 # over TLS (send, receive, dead-letter, expiry), sessions (browse, deferral, dead-letter, expiry),
@@ -176,6 +180,11 @@ def samples_env() -> Dict[str, str]:
             functools.partial(admin.create_subscription, topic),
             subscription,
         )
+        ensure(
+            functools.partial(admin.get_subscription, topic),
+            functools.partial(admin.create_subscription, topic, requires_session=True),
+            SESSION_SUBSCRIPTION,
+        )
     namespace = ironbus_target.fully_qualified_namespace()
     key_name, key = ironbus_target.KEY_NAME, ironbus_target.shared_access_key()
     return {
@@ -211,7 +220,7 @@ def run_samples(root: Path, selection: List[str]) -> Dict[str, dict]:
         deadline = RUNS_UNTIL_STOPPED.get(name, SAMPLE_TIMEOUT_SECONDS)
         try:
             done = subprocess.run(
-                [sys.executable, name], cwd=directory, env=env, capture_output=True, text=True,
+                [sys.executable, name], cwd=directory, env={**env, **SAMPLE_ENV.get(name, {})}, capture_output=True, text=True,
                 timeout=deadline, check=False,
             )
             outcome = "passed" if done.returncode == 0 else "failed"
