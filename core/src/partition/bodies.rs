@@ -2,8 +2,9 @@
 //! before their bodies are known, and the choice of which bodies a cycle reads from the store.
 //!
 //! Deliveries, peeks and deferred receives read missing bodies *before* the cycle's write (so
-//! even a message deleted in that cycle is still readable), prefetching ahead of the head of a
-//! backlog while the cache has room.
+//! even a message deleted in that cycle is still readable), reading ahead — only as much as the
+//! cache has room for — at the head of a backlog, or, on a session entity, in the sessions being
+//! delivered.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
