@@ -643,6 +643,16 @@ mod tests {
         assert!(format!("{:#}", parse(bad).unwrap_err()).contains("Regex"));
     }
 
+    async fn memory_broker() -> ironbus_core::Broker {
+        ironbus_core::Broker::open(
+            std::sync::Arc::new(ironbus_store_memory::MemoryStore::new()),
+            std::sync::Arc::new(ironbus_core::SystemClock),
+            ironbus_core::NamespaceLimits::default(),
+        )
+        .await
+        .unwrap()
+    }
+
     #[tokio::test]
     async fn declared_topics_are_created_once_with_their_rules() {
         let text = r#"{"UserConfig": {"Namespaces": [{"Name": "n", "Topics": [{"Name": "t",
@@ -650,13 +660,7 @@ mod tests {
               {"Name": "a", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "1=1"}}},
               {"Name": "b", "Properties": {"FilterType": "Correlation", "CorrelationFilter": {"Label": "x"}}}]}]}]}]}}"#;
         let declared = parse(text).unwrap();
-        let broker = ironbus_core::Broker::open(
-            std::sync::Arc::new(ironbus_store_memory::MemoryStore::new()),
-            std::sync::Arc::new(ironbus_core::SystemClock),
-            ironbus_core::NamespaceLimits::default(),
-        )
-        .await
-        .unwrap();
+        let broker = memory_broker().await;
         assert_eq!(apply(&broker, &declared).await.unwrap(), 1 + 2 + 1);
         assert_eq!(apply(&broker, &declared).await.unwrap(), 0);
         let names = |p: &str| {
@@ -682,13 +686,7 @@ mod tests {
             "Topics": [{"Name": "t", "Subscriptions": [
                 {"Name": "s", "Properties": {"ForwardTo": "out"}}]}]}]}}"#;
         let declared = parse(text).unwrap();
-        let broker = ironbus_core::Broker::open(
-            std::sync::Arc::new(ironbus_store_memory::MemoryStore::new()),
-            std::sync::Arc::new(ironbus_core::SystemClock),
-            ironbus_core::NamespaceLimits::default(),
-        )
-        .await
-        .unwrap();
+        let broker = memory_broker().await;
         assert_eq!(apply(&broker, &declared).await.unwrap(), 2 + 1 + 1);
         assert_eq!(apply(&broker, &declared).await.unwrap(), 0);
     }
