@@ -129,6 +129,22 @@ async fn two_session_receivers_each_get_only_their_session_in_order() {
     }
 }
 
+/// Service Bus takes an empty SessionId on send and on accept (Microsoft's own suite receives
+/// with `session_id=""`): it names a session like any other.
+#[tokio::test]
+async fn the_empty_session_id_is_a_session_like_any_other() {
+    let f = fixture().await;
+    f.queue("q", session_queue()).await;
+    f.send("q", "", "empty").await;
+    f.send("q", "a", "a").await;
+    let receiver = f.accept("q", "").await;
+    assert_eq!(receiver.session_id(), "");
+    receiver.add_credit(10);
+    let m = recv(&receiver).await;
+    assert_eq!(body(&m), "empty");
+    assert_eq!(m.message.properties.session_id.as_deref(), Some(""));
+}
+
 #[tokio::test]
 async fn a_session_has_one_holder_until_it_is_released() {
     let f = fixture().await;

@@ -273,9 +273,7 @@ impl Broker {
     ) -> Result<SessionReceiver, SessionError> {
         let address = address.into();
         let entity = self.session_entity(&address)?;
-        if session_id.is_empty() {
-            return Err(BrokerError::invalid("SessionId", "a session id cannot be empty").into());
-        }
+        // An empty id is a session like any other: Service Bus takes it on send and on accept.
         let partition = Self::session_partition(&entity, session_id);
         let granted =
             self.try_accept(&entity, partition, Some(SessionId::from(session_id)), mode).await?;
