@@ -304,7 +304,8 @@ impl fmt::Display for EntityAddress {
         match self.queue {
             SubQueue::Main => write!(f, "{}", self.entity),
             SubQueue::DeadLetter => write!(f, "{}/{DEAD_LETTER_QUEUE}", self.entity),
-            SubQueue::Transfer => write!(f, "{}/{TRANSFER}", self.entity),
+            // Send-via transfers wait in the transfer queue as far as clients can tell.
+            SubQueue::Transfer | SubQueue::SendVia => write!(f, "{}/{TRANSFER}", self.entity),
             SubQueue::TransferDeadLetter => {
                 write!(f, "{}/{TRANSFER}/{DEAD_LETTER_QUEUE}", self.entity)
             }

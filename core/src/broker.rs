@@ -8,10 +8,12 @@
 mod forwarding;
 mod sessions;
 mod topics;
+pub(crate) mod transactions;
 
 pub use forwarding::creation_order;
 pub use sessions::SessionReceiver;
 pub use topics::TopicRuntime;
+pub use transactions::Transaction;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -114,6 +116,8 @@ pub(crate) struct EntityHandle {
     pending_bytes: AtomicU64,
     /// Whether the entity's forwarder runs (see `broker/forwarding.rs`).
     forwarder: AtomicBool,
+    /// Whether the forwarder of its send-via transfer queue runs.
+    send_via_forwarder: AtomicBool,
 }
 
 impl fmt::Debug for EntityHandle {
@@ -410,6 +414,7 @@ impl Broker {
             round_robin: RoundRobin::default(),
             pending_bytes: AtomicU64::new(0),
             forwarder: AtomicBool::new(false),
+            send_via_forwarder: AtomicBool::new(false),
         }))
     }
 
@@ -772,41 +777,8 @@ impl Broker {
         messages: Vec<Message>,
     ) -> Result<SendFuture> {
         let address = address.into();
-        let entity = self.entity(&address.entity)?;
-        if !matches!(entity.kind, EntityKind::Queue | EntityKind::Topic) {
-            return Err(BrokerError::InvalidOperation(format!(
-                "messages cannot be sent to {} {}: send to its topic",
-                entity.kind.as_str(),
-                entity.path
-            )));
-        }
+        let (entity, incoming) = self.check_send(&address, &messages)?;
         let description = entity.description();
-        if address.queue != SubQueue::Main {
-            return Err(BrokerError::InvalidOperation(
-                "messages cannot be sent to a dead-letter queue".into(),
-            ));
-        }
-        if !description.status.can_send() {
-            return Err(BrokerError::EntityDisabled {
-                entity: entity.path.to_string(),
-                status: description.status.as_str(),
-            });
-        }
-        if description.requires_session
-            && entity.kind == EntityKind::Queue
-            && messages.iter().any(|m| m.properties.session_id.is_none())
-        {
-            return Err(BrokerError::InvalidOperation(sessions::SESSION_ID_NOT_SET.into()));
-        }
-        let max = description.max_message_size();
-        let mut incoming = 0u64;
-        for m in &messages {
-            let size = m.size();
-            if size > max {
-                return Err(BrokerError::MessageSizeExceeded { size, max });
-            }
-            incoming += size as u64;
-        }
         // What is stored, plus what earlier sends have queued and not yet stored (a transport
         // pipelines a link's sends): each send reserves its bytes until it is answered.
         let stored: u64 = entity.partitions.iter().map(|p| p.shared.size_bytes()).sum();
@@ -868,6 +840,52 @@ impl Broker {
             drop(reservation);
             outcome
         }))
+    }
+
+    /// What every send is checked for before it is routed: the entity takes messages (a queue
+    /// or topic, sendable, the main queue), the session rule, each message's size. Returns the
+    /// entity and the bytes the messages add.
+    pub(crate) fn check_send(
+        &self,
+        address: &EntityAddress,
+        messages: &[Message],
+    ) -> Result<(Arc<EntityHandle>, u64)> {
+        let entity = self.entity(&address.entity)?;
+        if !matches!(entity.kind, EntityKind::Queue | EntityKind::Topic) {
+            return Err(BrokerError::InvalidOperation(format!(
+                "messages cannot be sent to {} {}: send to its topic",
+                entity.kind.as_str(),
+                entity.path
+            )));
+        }
+        let description = entity.description();
+        if address.queue != SubQueue::Main {
+            return Err(BrokerError::InvalidOperation(
+                "messages cannot be sent to a dead-letter queue".into(),
+            ));
+        }
+        if !description.status.can_send() {
+            return Err(BrokerError::EntityDisabled {
+                entity: entity.path.to_string(),
+                status: description.status.as_str(),
+            });
+        }
+        if description.requires_session
+            && entity.kind == EntityKind::Queue
+            && messages.iter().any(|m| m.properties.session_id.is_none())
+        {
+            return Err(BrokerError::InvalidOperation(sessions::SESSION_ID_NOT_SET.into()));
+        }
+        let max = description.max_message_size();
+        let mut incoming = 0u64;
+        for m in messages {
+            let size = m.size();
+            if size > max {
+                return Err(BrokerError::MessageSizeExceeded { size, max });
+            }
+            incoming += size as u64;
+        }
+        Ok((entity, incoming))
     }
 
     /// Schedules messages for later: each must carry a scheduled enqueue time. Returns their
@@ -1175,7 +1193,7 @@ fn by_partition<'a>(
 /// list, and the items.
 type SettleGroup = (PartitionId, Vec<usize>, Vec<(LockToken, Disposition)>);
 
-async fn ask_all<T>(
+pub(crate) async fn ask_all<T>(
     entity: &EntityHandle,
     make: impl Fn(oneshot::Sender<Result<T>>) -> Command,
 ) -> Vec<Result<T>> {

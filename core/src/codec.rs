@@ -29,6 +29,8 @@ const V1: u8 = 1;
 const BODY_VERSION: u8 = V1;
 /// A body record of an auto-forwarded message: version 1's fields, then its [`Forwarded`].
 const BODY_VERSION_2: u8 = 2;
+/// A body record of a send-via transfer: version 2's fields, then its destination.
+const BODY_VERSION_3: u8 = 3;
 /// Meta records without the version-2 fields are still written as version 1 (byte for byte as
 /// before); those with them as version 2.
 const META_VERSION: u8 = V1;
@@ -519,7 +521,11 @@ pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
 /// A message's body record: everything the sender sent, written once at enqueue.
 pub fn encode_body(m: &Message) -> Bytes {
     let capacity = 64 + m.body.len() + m.raw.as_ref().map_or(0, |r| r.len());
-    let version = if m.forwarded.is_some() { BODY_VERSION_2 } else { BODY_VERSION };
+    let version = match &m.forwarded {
+        Some(f) if f.destination.is_some() => BODY_VERSION_3,
+        Some(_) => BODY_VERSION_2,
+        None => BODY_VERSION,
+    };
     let mut w = Writer::versioned(version, capacity);
     encode_message_properties(&mut w, &m.properties);
     encode_properties(&mut w, &m.application_properties);
@@ -543,6 +549,9 @@ pub fn encode_body(m: &Message) -> Bytes {
         w.opt_str(&f.dead_letter_source);
         w.opt_str(&f.dead_letter_reason);
         w.opt_str(&f.dead_letter_error_description);
+        if f.destination.is_some() {
+            w.opt_str(&f.destination);
+        }
     }
     w.finish()
 }
@@ -788,7 +797,7 @@ pub fn decode_body(value: &[u8]) -> DecodeResult<Message> {
     let (mut r, version) = Reader::versioned(value, "message body record")?;
     match version {
         V1 => decode_body_v1(&mut r),
-        BODY_VERSION_2 => {
+        BODY_VERSION_2 | BODY_VERSION_3 => {
             let mut message = decode_body_v1(&mut r)?;
             message.forwarded = Some(Box::new(Forwarded {
                 hops: r.u8()?,
@@ -796,6 +805,7 @@ pub fn decode_body(value: &[u8]) -> DecodeResult<Message> {
                 dead_letter_source: r.opt(Reader::str)?,
                 dead_letter_reason: r.opt(Reader::str)?,
                 dead_letter_error_description: r.opt(Reader::str)?,
+                destination: if version == BODY_VERSION_3 { r.opt(Reader::str)? } else { None },
             }));
             Ok(message)
         }
@@ -978,12 +988,19 @@ mod tests {
                 dead_letter_source: Some("q1".into()),
                 dead_letter_reason: Some("why".into()),
                 dead_letter_error_description: None,
+                destination: None,
             })),
             ..message.clone()
         };
         let encoded = encode_body(&forwarded);
         assert_eq!(encoded[0], BODY_VERSION_2);
         assert_eq!(decode_body(&encoded).unwrap(), forwarded);
+        // A send-via transfer also names its destination (version 3).
+        let mut via = forwarded.clone();
+        via.forwarded.as_mut().unwrap().destination = Some("Orders".into());
+        let encoded = encode_body(&via);
+        assert_eq!(encoded[0], BODY_VERSION_3);
+        assert_eq!(decode_body(&encoded).unwrap(), via);
         // A body inside `raw` is stored once, as its place in `raw`.
         let raw = Bytes::from_static(b"header:the body:trailer");
         let sliced =

@@ -65,6 +65,16 @@ pub enum BrokerError {
     #[error(transparent)]
     Store(#[from] StoreError),
 
+    /// The transaction ran past its timeout (two minutes from its first operation): its work
+    /// is gone.
+    #[error("the transaction timed out")]
+    TransactionTimedOut,
+
+    /// The transaction cannot commit (an operation of it failed, or what it settles is no
+    /// longer locked): nothing of it was applied.
+    #[error("the transaction was rolled back: {0}")]
+    TransactionRolledBack(String),
+
     /// The broker is shutting down.
     #[error("the broker is shutting down")]
     ShuttingDown,

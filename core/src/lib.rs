@@ -38,10 +38,17 @@ pub mod testing;
 pub mod transport;
 pub mod types;
 
+/// Transactions' limits and Service Bus's texts for their refusals.
+pub mod transaction {
+    pub use crate::broker::transactions::{
+        MAX_OPERATIONS, SPAN_ENTITIES, SPAN_PARTITIONS, TIMEOUT,
+    };
+}
+
 pub use address::{Address, AddressError, EntityAddress, EntityPath, PathShape};
 pub use broker::{
     Availability, Broker, BrokerOptions, QueueInfo, QueueRuntime, SendFuture, SessionReceiver,
-    TopicRuntime,
+    TopicRuntime, Transaction,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use description::{

@@ -83,6 +83,10 @@ pub struct Forwarded {
     pub dead_letter_source: Option<String>,
     pub dead_letter_reason: Option<String>,
     pub dead_letter_error_description: Option<String>,
+    /// A send-via transfer's destination (queue or topic path) while it waits in its via
+    /// entity's send-via transfer queue; `None` once transferred, and for auto-forwarding
+    /// (whose destination is the entity's rule).
+    pub destination: Option<String>,
 }
 
 /// How many times a message may be auto-forwarded; the next transfer dead-letters it with

@@ -56,6 +56,10 @@ pub const FORWARD_FAILURES_TOTAL: &str = "ironbus_forward_transfer_failures_tota
 pub const FORWARD_REDELIVERIES_TOTAL: &str = "ironbus_forward_transfer_redeliveries_total";
 /// Messages waiting in transfer queues now.
 pub const FORWARD_TRANSFER_QUEUE_MESSAGES: &str = "ironbus_forward_transfer_queue_messages";
+/// Transactions ended. Label: `outcome` (commit; rollback: asked for, or its controller or
+/// connection went away; timeout: past two minutes; failed: refused at commit — an operation
+/// of it failed, a lock was lost, the store or a quota refused the write).
+pub const TRANSACTIONS_TOTAL: &str = "ironbus_broker_transactions_total";
 /// Partitions currently unavailable (their store cannot serve them).
 pub const PARTITIONS_UNAVAILABLE: &str = "ironbus_broker_partitions_unavailable";
 /// Message bodies read back from the store (not in the body cache when delivered or peeked).
@@ -216,6 +220,12 @@ pub const CATALOGUE: &[MetricDef] = &[
         kind: MetricKind::Counter,
         help: "Transfers sent again that their destination had stored already",
         labels: &[],
+    },
+    MetricDef {
+        name: TRANSACTIONS_TOTAL,
+        kind: MetricKind::Counter,
+        help: "Transactions ended, by outcome",
+        labels: &["outcome"],
     },
     MetricDef {
         name: FORWARD_TRANSFER_QUEUE_MESSAGES,

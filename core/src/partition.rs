@@ -49,6 +49,7 @@ mod tally;
 #[cfg(test)]
 mod tests;
 mod topic;
+mod transaction;
 mod transfer;
 
 use std::fmt;
@@ -66,6 +67,7 @@ use self::state::PartitionState;
 pub(crate) use self::state::NOT_SESSIONFUL;
 use self::sub_queues::SubQueues;
 use self::topic::TopicPart;
+pub(crate) use self::transaction::Work;
 pub use self::transfer::TransferId;
 use crate::clock::Clock;
 use crate::description::QueueDescription;
@@ -102,6 +104,8 @@ pub struct PartitionCounts {
     /// Messages waiting in the transfer queue (auto-forwarding).
     pub transfer: u64,
     pub transfer_dead_lettered: u64,
+    /// Of `transfer`: send-via transfers (transactions' sends through this entity).
+    pub send_via: u64,
     pub size_bytes: u64,
 }
 
@@ -129,6 +133,18 @@ pub(crate) enum Command {
     },
     /// The sources of these transfers completed them: they can never come again.
     ForgetTransfers(Vec<TransferId>),
+    /// A transaction's work in its via partition: all of it in this cycle's write, or none.
+    Commit {
+        work: Vec<Work>,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    /// Reserves sequence numbers for a transaction's scheduled messages.
+    Reserve {
+        count: usize,
+        reply: oneshot::Sender<Result<Vec<SequenceNumber>>>,
+    },
+    /// Gives up numbers reserved by a transaction that rolled back.
+    Unreserve(Vec<SequenceNumber>),
     Cancel {
         sequence_numbers: Vec<SequenceNumber>,
         reply: oneshot::Sender<Result<()>>,
@@ -546,6 +562,11 @@ impl Partition {
                     self.state.fx.reply(reply, Ok(outcomes));
                     true
                 }
+                (Some(topic), Command::Commit { work, reply }) => {
+                    let outcome = topic.commit(&mut self.state, work, now);
+                    self.state.fx.reply(reply, outcome);
+                    true
+                }
                 (Some(topic), Command::Filtering(on)) => {
                     topic.filtering = on;
                     true
@@ -619,6 +640,10 @@ impl Partition {
             // The records stay until a later transfer's forget reaches them (or for ever: a
             // few small records per outage).
             Command::ForgetTransfers(_) => {}
+            Command::Commit { reply, .. } => fail(reply, error),
+            Command::Reserve { reply, .. } => fail(reply, error),
+            // A rebuild forgets reservations anyway.
+            Command::Unreserve(_) => {}
             Command::Cancel { reply, .. } => fail(reply, error),
             Command::Settle { reply, .. } => fail(reply, error),
             Command::RenewLock { reply, .. } => fail(reply, error),

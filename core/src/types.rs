@@ -172,11 +172,20 @@ pub enum SubQueue {
     Transfer,
     /// `$Transfer/$DeadLetterQueue`: transfers that could not be delivered (send-via).
     TransferDeadLetter,
+    /// Send-via transfers: messages a transaction (or a send-via link) sent *through* this
+    /// entity to another one, each naming its destination, waiting for the forwarder.
+    /// Internal: no client receives from it, and it has no address.
+    SendVia,
 }
 
 impl SubQueue {
-    pub(crate) const ALL: [SubQueue; 4] =
-        [SubQueue::Main, SubQueue::DeadLetter, SubQueue::Transfer, SubQueue::TransferDeadLetter];
+    pub(crate) const ALL: [SubQueue; 5] = [
+        SubQueue::Main,
+        SubQueue::DeadLetter,
+        SubQueue::Transfer,
+        SubQueue::TransferDeadLetter,
+        SubQueue::SendVia,
+    ];
 
     pub(crate) fn index(self) -> usize {
         match self {
@@ -184,6 +193,7 @@ impl SubQueue {
             SubQueue::DeadLetter => 1,
             SubQueue::Transfer => 2,
             SubQueue::TransferDeadLetter => 3,
+            SubQueue::SendVia => 4,
         }
     }
 
@@ -193,6 +203,7 @@ impl SubQueue {
             SubQueue::DeadLetter => b'd',
             SubQueue::Transfer => b't',
             SubQueue::TransferDeadLetter => b'y',
+            SubQueue::SendVia => b'v',
         }
     }
 

@@ -109,6 +109,12 @@ impl From<&BrokerError> for WireError {
                 WireError::new("com.microsoft:no-matching-subscription", 500, text)
             }
             BrokerError::Unimplemented(_) => WireError::not_implemented(text),
+            BrokerError::TransactionTimedOut => {
+                WireError::new("amqp:transaction:timeout", 408, text)
+            }
+            BrokerError::TransactionRolledBack(_) => {
+                WireError::new("amqp:transaction:rollback", 400, text)
+            }
             BrokerError::Store(e) if e.is_retriable() => WireError::new(SERVER_BUSY, 503, text),
             BrokerError::Store(_) => WireError::new("amqp:internal-error", 500, text),
         }

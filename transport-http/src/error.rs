@@ -55,9 +55,10 @@ impl HttpError {
                 Plane::Management => StatusCode::NOT_FOUND,
             },
             BrokerError::EntityAlreadyExists { .. } => StatusCode::CONFLICT,
-            BrokerError::InvalidArgument { .. } | BrokerError::InvalidOperation(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            BrokerError::InvalidArgument { .. }
+            | BrokerError::InvalidOperation(_)
+            | BrokerError::TransactionRolledBack(_) => StatusCode::BAD_REQUEST,
+            BrokerError::TransactionTimedOut => StatusCode::REQUEST_TIMEOUT,
             // Service Bus reports quota and message-size violations as 403 (http.md A.3, B.3).
             BrokerError::QuotaExceeded(_)
             | BrokerError::MessageSizeExceeded { .. }

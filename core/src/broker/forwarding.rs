@@ -169,7 +169,7 @@ impl Broker {
         let forwarded = match queue {
             SubQueue::Main => description.forward_to.is_some(),
             SubQueue::DeadLetter => description.forward_dead_lettered_messages_to.is_some(),
-            SubQueue::Transfer => true,
+            SubQueue::Transfer | SubQueue::SendVia => true,
             SubQueue::TransferDeadLetter => false,
         };
         if forwarded {
@@ -195,13 +195,29 @@ impl Broker {
         if entity.forwarder.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.spawn_forwarder(entity, SubQueue::Transfer);
+    }
+
+    /// Starts the forwarder of the entity's send-via transfer queue (what transactions sent
+    /// through it to other entities) if none runs: at a commit that sent through it, and at
+    /// start-up when that queue holds transfers.
+    pub(crate) fn ensure_send_via_forwarder(&self, entity: &Arc<EntityHandle>) {
+        if !matches!(entity.kind, EntityKind::Queue | EntityKind::Subscription)
+            || entity.send_via_forwarder.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        self.spawn_forwarder(entity, SubQueue::SendVia);
+    }
+
+    fn spawn_forwarder(&self, entity: &Arc<EntityHandle>, queue: SubQueue) {
         let id = self.inner.next_receiver_id.fetch_add(1, Ordering::Relaxed);
-        let receiver =
-            Receiver::attach(entity.clone(), id, ReceiveMode::PeekLock, SubQueue::Transfer);
+        let receiver = Receiver::attach(entity.clone(), id, ReceiveMode::PeekLock, queue);
         let forwarder = Forwarder {
             broker: self.clone(),
             entity: entity.clone(),
             receiver,
+            queue,
             forget: Forgets::new(),
         };
         tokio::spawn(forwarder.run());
@@ -375,6 +391,9 @@ struct Forwarder {
     broker: Broker,
     entity: Arc<EntityHandle>,
     receiver: Receiver,
+    /// The queue it drains: the transfer queue (auto-forwarding: the destination is the
+    /// entity's rule) or the send-via transfer queue (each message names its destination).
+    queue: SubQueue,
     /// Completed transfers whose destinations are not told yet (see [`Forgets`]).
     forget: Forgets,
 }
@@ -418,7 +437,10 @@ impl Forwarder {
             clock.sleep_until(deadline).await;
             retry = (retry * 2).min(RETRY_MAX);
         }
-        self.entity.forwarder.store(false, Ordering::Release);
+        match self.queue {
+            SubQueue::SendVia => self.entity.send_via_forwarder.store(false, Ordering::Release),
+            _ => self.entity.forwarder.store(false, Ordering::Release),
+        }
     }
 
     /// Forwards one batch. False if some of it has to wait.
@@ -444,10 +466,12 @@ impl Forwarder {
             // fields: those name their source).
             let dead = received.broker.dead_letter_reason.is_some()
                 && received.broker.dead_letter_source.is_none();
-            let rule = if dead {
-                &description.forward_dead_lettered_messages_to
-            } else {
-                &description.forward_to
+            let via_destination =
+                received.message.forwarded.as_ref().and_then(|f| f.destination.as_ref());
+            let rule = match self.queue {
+                SubQueue::SendVia => via_destination,
+                _ if dead => description.forward_dead_lettered_messages_to.as_ref(),
+                _ => description.forward_to.as_ref(),
             };
             let Some(target) = rule else {
                 // The rule went away under way: the partition takes it back.
@@ -528,7 +552,7 @@ impl Forwarder {
                 Some((received.lock_token()?, disposition.unwrap_or(Disposition::Release)))
             })
             .collect();
-        let address = EntityAddress { entity: source.clone(), queue: SubQueue::Transfer };
+        let address = EntityAddress { entity: source.clone(), queue: self.queue };
         let outcomes = self.broker.start_settle_many(address, items).await;
 
         // Completed here for good: the destinations may forget those transfers.
@@ -562,10 +586,12 @@ fn transferred(
             dead_letter_source: Some(source.to_string()),
             dead_letter_reason: broker.dead_letter_reason.clone(),
             dead_letter_error_description: broker.dead_letter_error_description.clone(),
+            destination: None,
         },
         None => Forwarded {
             hops: hops + 1,
             enqueued_sequence_number: broker.enqueued_sequence_number,
+            destination: None,
             ..before
         },
     };

@@ -109,6 +109,19 @@ impl Broker {
         for entity in &all {
             self.ensure_forwarder(entity);
         }
+        // Send-via transfers left from before the start get their forwarder once their
+        // partitions have loaded.
+        let broker = self.clone();
+        tokio::spawn(async move {
+            for entity in all {
+                if matches!(entity.kind, EntityKind::Queue | EntityKind::Subscription) {
+                    let counts = super::ask_all(&entity, |reply| Command::Counts { reply }).await;
+                    if counts.into_iter().flatten().any(|c| c.send_via > 0) {
+                        broker.ensure_send_via_forwarder(&entity);
+                    }
+                }
+            }
+        });
         Ok(())
     }
 
@@ -134,6 +147,7 @@ impl Broker {
             round_robin: crate::router::RoundRobin::default(),
             pending_bytes: std::sync::atomic::AtomicU64::new(0),
             forwarder: std::sync::atomic::AtomicBool::new(false),
+            send_via_forwarder: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

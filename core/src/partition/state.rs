@@ -94,6 +94,9 @@ pub(crate) struct PartitionState {
     /// Transfers this partition stored whose sources have not confirmed them (see
     /// `transfer.rs`).
     pub(crate) transfers: TransferLedger,
+    /// Sequence numbers reserved for the scheduled messages of open transactions: used at
+    /// their commit, given up at their rollback (see `transaction.rs`); memory only.
+    pub(crate) reserved: std::collections::BTreeSet<SequenceNumber>,
     /// The transfer-queue depth last added to the metrics gauge.
     published_transfers: std::sync::atomic::AtomicU64,
     /// What the cycle under way decided; the actor carries it out.
@@ -127,6 +130,7 @@ impl PartitionState {
             entity_kind: "queue",
             metric_entity: None,
             transfers: TransferLedger::default(),
+            reserved: Default::default(),
             published_transfers: std::sync::atomic::AtomicU64::new(0),
             fx: Effects::new(journal),
         }
@@ -149,6 +153,7 @@ impl PartitionState {
         self.locks = LockTable::default();
         self.dedup = DedupWindow::default();
         self.transfers = TransferLedger::default();
+        self.reserved.clear();
         self.last_counter = 0;
         self.counter_dirty = false;
         self.swept_to = SequenceNumber::default();
@@ -193,6 +198,15 @@ impl PartitionState {
                 self.fx.reply(reply, Ok(outcomes));
             }
             Command::ForgetTransfers(ids) => self.forget_transfers(&ids),
+            Command::Commit { work, reply } => {
+                let outcome = self.commit(work, now);
+                self.fx.reply(reply, outcome);
+            }
+            Command::Reserve { count, reply } => {
+                let seqs = self.reserve(count);
+                self.fx.reply(reply, Ok(seqs));
+            }
+            Command::Unreserve(seqs) => self.unreserve(&seqs),
             Command::Cancel { sequence_numbers, reply } => {
                 self.cancel(&sequence_numbers);
                 self.fx.reply(reply, Ok(()));
@@ -435,13 +449,18 @@ impl PartitionState {
     }
 
     /// Stores a new message (body and meta) under the next sequence number.
-    fn store_new(&mut self, message: Arc<Message>, now: Timestamp) -> SequenceNumber {
+    pub(crate) fn store_new(&mut self, message: Arc<Message>, now: Timestamp) -> SequenceNumber {
         let seq = self.next_seq();
+        self.store_at(seq, message, now);
+        seq
+    }
+
+    /// Stores a new message (body and meta) under `seq`, a number this partition gave out.
+    pub(crate) fn store_at(&mut self, seq: SequenceNumber, message: Arc<Message>, now: Timestamp) {
         let scheduled = message.properties.scheduled_enqueue_time.filter(|at| *at > now);
         self.fx.journal.put_body(seq, &message);
         let enqueued_time = scheduled.unwrap_or(now);
         self.insert_copy(SubQueue::Main, seq, message, enqueued_time, scheduled.is_some(), None);
-        seq
     }
 
     /// Adds a message whose body is (or is being) stored under `seq` to a sub-queue: its entry
@@ -514,7 +533,7 @@ impl PartitionState {
         self.fx.tally.incoming += 1;
     }
 
-    fn cancel(&mut self, sequence_numbers: &[SequenceNumber]) {
+    pub(crate) fn cancel(&mut self, sequence_numbers: &[SequenceNumber]) {
         for &seq in sequence_numbers {
             let Some(entry) = self.index.entry(SubQueue::Main, seq) else { continue };
             if entry.state == MessageState::Scheduled {
@@ -537,7 +556,7 @@ impl PartitionState {
         }
     }
 
-    fn settle(
+    pub(crate) fn settle(
         &mut self,
         queue: SubQueue,
         token: LockToken,
@@ -715,7 +734,9 @@ impl PartitionState {
             }
         }
         c.dead_lettered = self.index.messages[SubQueue::DeadLetter].len() as u64;
-        c.transfer = self.index.messages[SubQueue::Transfer].len() as u64;
+        c.transfer = (self.index.messages[SubQueue::Transfer].len()
+            + self.index.messages[SubQueue::SendVia].len()) as u64;
+        c.send_via = self.index.messages[SubQueue::SendVia].len() as u64;
         c.transfer_dead_lettered = self.index.messages[SubQueue::TransferDeadLetter].len() as u64;
         c
     }
@@ -855,7 +876,7 @@ impl PartitionState {
 
     /// Reads (`set` None) or sets a session's state. A state is at most the entity's maximum
     /// message size, counts in the entity's size, and `None` clears it.
-    fn session_state(
+    pub(crate) fn session_state(
         &mut self,
         session: &SessionId,
         holder: Option<u64>,
@@ -981,9 +1002,11 @@ impl PartitionState {
     /// The lowest sequence number any message of this partition has, or the next one to be
     /// given if it holds none: no body below it belongs to a message.
     fn lowest_live(&self) -> SequenceNumber {
-        self.index.lowest().unwrap_or_else(|| {
+        let lowest = self.index.lowest().unwrap_or_else(|| {
             SequenceNumber::new(self.partitioned, self.partition, self.last_counter + 1)
-        })
+        });
+        // A number reserved by an open transaction gets its body at the commit.
+        self.reserved.first().map_or(lowest, |r| lowest.min(*r))
     }
 
     /// Deletes, with one range delete, the bodies left below every message (see `remove`) once
@@ -1050,7 +1073,11 @@ impl PartitionState {
     ) {
         let Some(mut entry) = self.take(from, seq) else { return };
         let was_dead_letter = entry.aux.as_ref().is_some_and(|a| a.dead_letter_reason.is_some());
-        let to = if self.forwards_dead_letters()
+        let to = if from == SubQueue::SendVia {
+            // A send-via transfer its destination refused (Service Bus: the via entity's
+            // transfer dead-letter queue).
+            SubQueue::TransferDeadLetter
+        } else if self.forwards_dead_letters()
             && !(from == SubQueue::Transfer && was_dead_letter)
             && reason != dead_letter_reason::MAX_TRANSFER_HOP_COUNT_EXCEEDED
         {

@@ -63,7 +63,8 @@ mod tests {
                 (SubQueue::Main, 1),
                 (SubQueue::DeadLetter, 2),
                 (SubQueue::Transfer, 0),
-                (SubQueue::TransferDeadLetter, 0)
+                (SubQueue::TransferDeadLetter, 0),
+                (SubQueue::SendVia, 0)
             ]
         );
     }

@@ -176,6 +176,10 @@ impl Model {
                 (SubQueue::Main, MessageState::Deferred) => c.deferred += 1,
                 (SubQueue::Main, MessageState::Scheduled) => c.scheduled += 1,
                 (SubQueue::Transfer, _) => c.transfer += 1,
+                (SubQueue::SendVia, _) => {
+                    c.transfer += 1;
+                    c.send_via += 1;
+                }
                 (SubQueue::TransferDeadLetter, _) => c.transfer_dead_lettered += 1,
             }
         }

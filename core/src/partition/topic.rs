@@ -129,6 +129,28 @@ impl TopicPart {
 
     /// Publishes messages sent to the topic: scheduled ones wait in the topic's lane; the
     /// others are handed to every subscription whose rules take them, all in this cycle.
+    /// A transaction's commit on the topic: its sends, published together (a topic takes
+    /// nothing else in a transaction: the broker refuses the rest).
+    pub(crate) fn commit(
+        &mut self,
+        topic: &mut PartitionState,
+        work: Vec<super::Work>,
+        now: Timestamp,
+    ) -> Result<()> {
+        let mut messages = Vec::with_capacity(work.len());
+        for item in work {
+            match item {
+                super::Work::Send(message) => messages.push(message),
+                _ => {
+                    return Err(BrokerError::Unimplemented(
+                        "this operation on a topic in a transaction",
+                    ))
+                }
+            }
+        }
+        self.publish(topic, messages, now).map(drop)
+    }
+
     pub(crate) fn publish(
         &mut self,
         topic: &mut PartitionState,
