@@ -15,6 +15,12 @@
 //! (not partitioned), whose ForwardTo is `crash-end` (partitioned); consumers drain `crash-end`.
 //! Every acknowledged message must come out of the end of the chain exactly once.
 //!
+//! `--scenario transaction` (issue 15): workers take each message from `crash` and, in one
+//! transaction, send two derived messages through `crash` to `crash-out` (send-via; partitioned,
+//! no duplicate detection) and complete it; consumers drain `crash-out`. Every acknowledged
+//! message must have been completed and have yielded its two derived messages exactly once
+//! (`unpaired` counts those that did not).
+//!
 //! Exits non-zero on any loss, duplicate or unknown message, when the driver fails, or after
 //! `--timeout` (default 600 s). A failure keeps the work directory (config, data, logs) and shows
 //! the tails of the logs.
@@ -46,6 +52,8 @@ use crate::compat::{self, Server, WorkDir, LOG_TAIL_LINES, NAMESPACE, SAS_KEY};
 const QUEUE: &str = "crash";
 /// The forward scenario: the chain after [`QUEUE`], in order; consumers drain the last one.
 const CHAIN: [&str; 2] = ["crash-mid", "crash-end"];
+/// The transaction scenario: where the workers' derived messages go.
+const OUT: &str = "crash-out";
 /// The queue's lock duration; the driver's drain waits longer than this without deliveries, so
 /// that a completion the broker lost makes the message come back before the verdict.
 const LOCK_DURATION_SECS: u64 = 10;
@@ -126,8 +134,8 @@ fn parse(args: &[String]) -> Result<Options> {
             }
             "--scenario" => {
                 let scenario = value()?;
-                if scenario != "queue" && scenario != "forward" {
-                    bail!("--scenario must be queue or forward, got `{scenario}`");
+                if !["queue", "forward", "transaction"].contains(&scenario.as_str()) {
+                    bail!("--scenario must be queue, forward or transaction, got `{scenario}`");
                 }
                 options.scenario = scenario;
             }
@@ -162,9 +170,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
 
     let work = WorkDir::create("crash")?;
     let config = work.path.join("config.json");
-    let forward = options.scenario == "forward";
-    let text =
-        serde_json::to_string_pretty(&config_json(forward)).context("encoding the config")?;
+    let text = serde_json::to_string_pretty(&config_json(&options.scenario))
+        .context("encoding the config")?;
     fs::write(&config, text + "\n").with_context(|| format!("writing {}", config.display()))?;
     let data = work.path.join("data");
     let port = compat::free_port()?;
@@ -242,13 +249,16 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     };
     let report = &verdict.report;
     let count = |key: &str| report[key].as_u64().unwrap_or(0);
-    let line = format!(
+    let mut line = format!(
         "{} cycles, {} acknowledged, {} lost, {} duplicated",
         options.cycles,
         count("acknowledged"),
         count("lost"),
         count("duplicated")
     );
+    if options.scenario == "transaction" {
+        line.push_str(&format!(", {} unpaired", count("unpaired")));
+    }
     let longest_down = verdict.downtimes.iter().max().copied().unwrap_or_default();
     eprintln!(
         "xtask: crash test took {:.1} s (seed {seed}, store {}, scenario {}, longest restart {:.2} s)",
@@ -261,7 +271,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let passed = report["passed"] == true
         && count("lost") == 0
         && count("duplicated") == 0
-        && count("unknown") == 0;
+        && count("unknown") == 0
+        && count("unpaired") == 0;
     if passed {
         work.remove();
         return Ok(());
@@ -362,7 +373,7 @@ fn sleep_until_or_deadline(delay: Duration, deadline: Instant, what: &str) -> Re
 /// detection whose window outlasts the test, a short lock and a delivery limit no crash pattern
 /// reaches; with `forward`, it forwards to the [`CHAIN`] (the middle queue not partitioned, the
 /// last one partitioned, neither deduplicating: the forwarder alone must keep copies single).
-fn config_json(forward: bool) -> Value {
+fn config_json(scenario: &str) -> Value {
     let queue = |name: &str, partitions: u32, dedup: bool, forward_to: &str| {
         json!({
             "Name": name,
@@ -381,9 +392,10 @@ fn config_json(forward: bool) -> Value {
             },
         })
     };
-    let queues = match forward {
-        false => vec![queue(QUEUE, 4, true, "")],
-        true => vec![
+    let queues = match scenario {
+        "transaction" => vec![queue(QUEUE, 4, true, ""), queue(OUT, 2, false, "")],
+        "queue" => vec![queue(QUEUE, 4, true, "")],
+        _ => vec![
             queue(QUEUE, 4, true, CHAIN[0]),
             queue(CHAIN[0], 1, false, CHAIN[1]),
             queue(CHAIN[1], 2, false, ""),
@@ -417,6 +429,7 @@ impl Driver {
             .args(["--address", QUEUE])
             .args(match options.scenario.as_str() {
                 "forward" => vec!["--receive-from", CHAIN[1]],
+                "transaction" => vec!["--transfer-to", OUT],
                 _ => vec![],
             })
             .arg("--producers")
@@ -553,7 +566,7 @@ mod tests {
 
     #[test]
     fn config_declares_a_deduplicating_partitioned_queue() {
-        let config = config_json(false);
+        let config = config_json("queue");
         let queues = config["UserConfig"]["Namespaces"][0]["Queues"].as_array().unwrap();
         assert_eq!(queues.len(), 1);
         let queue = &queues[0];
@@ -566,7 +579,7 @@ mod tests {
     #[test]
     fn forward_scenario_chains_three_queues_one_partitioned_at_least() {
         assert_eq!(parse(&args("--scenario forward")).unwrap().scenario, "forward");
-        let config = config_json(true);
+        let config = config_json("forward");
         let queues = config["UserConfig"]["Namespaces"][0]["Queues"].as_array().unwrap();
         let names: Vec<&str> = queues.iter().map(|q| q["Name"].as_str().unwrap()).collect();
         assert_eq!(names, [QUEUE, CHAIN[0], CHAIN[1]]);
@@ -576,5 +589,16 @@ mod tests {
         let partitioned = queues.iter().filter(|q| q["Properties"]["EnablePartitioning"] == true);
         assert_eq!(partitioned.count(), 2);
         assert_eq!(queues[0]["Properties"]["RequiresDuplicateDetection"], true);
+    }
+
+    #[test]
+    fn transaction_scenario_sends_through_the_queue_to_a_second_one() {
+        assert_eq!(parse(&args("--scenario transaction")).unwrap().scenario, "transaction");
+        let config = config_json("transaction");
+        let queues = config["UserConfig"]["Namespaces"][0]["Queues"].as_array().unwrap();
+        let names: Vec<&str> = queues.iter().map(|q| q["Name"].as_str().unwrap()).collect();
+        assert_eq!(names, [QUEUE, OUT]);
+        assert_eq!(queues[1]["Properties"]["RequiresDuplicateDetection"], false);
+        assert_eq!(queues[1]["Properties"]["EnablePartitioning"], true);
     }
 }

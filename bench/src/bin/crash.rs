@@ -29,6 +29,8 @@ mod endpoint;
 mod ledger;
 #[path = "../crash/producer.rs"]
 mod producer;
+#[path = "../crash/worker.rs"]
+mod worker;
 
 use std::{
     io::BufRead,
@@ -51,6 +53,7 @@ use crate::{
     endpoint::Endpoint,
     ledger::{Ledger, Summary},
     producer::Producer,
+    worker::Worker,
 };
 
 /// The crash test's driver: producers and consumers on one queue, across server crashes; prints
@@ -70,6 +73,16 @@ pub(crate) struct Options {
     /// chain that starts at `--address`)
     #[arg(long, value_name = "ADDRESS")]
     pub receive_from: Option<String>,
+
+    /// The transaction scenario: workers take each message from `--address` and, in one
+    /// transaction, send two derived messages through it to this queue (send-via) and complete
+    /// it; consumers then drain this queue (it is also `--receive-from`)
+    #[arg(long, value_name = "ADDRESS")]
+    pub transfer_to: Option<String>,
+
+    /// Transactional workers (with `--transfer-to`)
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub workers: u32,
 
     /// Producer connections
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -128,7 +141,7 @@ pub(crate) struct Options {
 impl Options {
     /// The node consumers receive from: `--receive-from`, else `--address`.
     pub(crate) fn receive_address(&self) -> &str {
-        self.receive_from.as_deref().unwrap_or(&self.address)
+        self.receive_from.as_deref().or(self.transfer_to.as_deref()).unwrap_or(&self.address)
     }
 }
 
@@ -302,12 +315,14 @@ async fn main() -> ExitCode {
         }
     };
     let (phase, _) = watch::channel(Phase::Running);
+    let ledger =
+        if options.transfer_to.is_some() { Ledger::with_pairs() } else { Ledger::default() };
     let shared = Arc::new(Shared {
         options,
         run: run_id(),
         endpoint,
         phase,
-        ledger: Mutex::new(Ledger::default()),
+        ledger: Mutex::new(ledger),
         last_activity: Mutex::new(Instant::now()),
         attached_consumers: AtomicUsize::new(0),
         reconnects: AtomicU64::new(0),
@@ -354,6 +369,12 @@ async fn execute(shared: &Arc<Shared>) -> Result<()> {
     let mut consumers = JoinSet::new();
     for index in 0..options.consumers {
         consumers.spawn(Consumer::new(index).run(Arc::clone(shared)));
+    }
+    if options.transfer_to.is_some() {
+        // Workers count as consumers for the drain: the quiet period needs them attached.
+        for index in 0..options.workers {
+            consumers.spawn(Worker::new(index).run(Arc::clone(shared)));
+        }
     }
     let mut producers = JoinSet::new();
     for index in 0..options.producers {
@@ -431,7 +452,8 @@ async fn finish(
     );
     shared.phase.send_replace(Phase::Draining);
     let quiet = Duration::from_secs(options.quiet);
-    let consumer_count = usize::try_from(options.consumers).unwrap_or(usize::MAX);
+    let workers = if options.transfer_to.is_some() { options.workers } else { 0 };
+    let consumer_count = usize::try_from(options.consumers + workers).unwrap_or(usize::MAX);
     loop {
         if shared.attached_consumers.load(Ordering::SeqCst) >= consumer_count
             && shared.quiet_for() >= quiet

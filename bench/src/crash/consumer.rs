@@ -199,7 +199,7 @@ impl Consumer {
 }
 
 /// The MessageId as text (`None` if absent).
-fn message_id(id: Option<&MessageId>) -> Option<String> {
+pub(crate) fn message_id(id: Option<&MessageId>) -> Option<String> {
     match id? {
         MessageId::String(text) => Some(text.clone()),
         other => Some(format!("{other:?}")),

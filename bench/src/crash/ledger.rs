@@ -73,6 +73,8 @@ pub(crate) struct Ledger {
     /// Delivered MessageIds that no producer attempted (`<none>` for a message without one).
     unknown: BTreeSet<String>,
     unknown_deliveries: u64,
+    /// The transaction scenario: each seed `<id>` must yield `<id>/a` and `<id>/b` once each.
+    pairs: bool,
 }
 
 /// The verdict, printed as JSON by the driver.
@@ -103,16 +105,25 @@ pub(crate) struct Summary {
     pub duplicated_ids: Vec<String>,
     pub unknown_ids: Vec<String>,
     pub in_doubt_ids: Vec<String>,
+    /// The transaction scenario: acknowledged seeds whose transaction did not come out whole
+    /// (its two derived messages not each consumed exactly once).
+    pub unpaired: u64,
+    pub unpaired_ids: Vec<String>,
 }
 
 impl Summary {
     /// Whether the broker kept its promises: nothing lost, duplicated or unknown.
     pub(crate) fn passed(&self) -> bool {
-        self.lost == 0 && self.duplicated == 0 && self.unknown == 0
+        self.lost == 0 && self.duplicated == 0 && self.unknown == 0 && self.unpaired == 0
     }
 }
 
 impl Ledger {
+    /// A ledger for the transaction scenario (see [`Summary::unpaired`]).
+    pub(crate) fn with_pairs() -> Ledger {
+        Ledger { pairs: true, ..Ledger::default() }
+    }
+
     /// A producer is about to send `id` (first time or retry).
     pub(crate) fn attempt(&mut self, id: &str) {
         if !self.records.contains_key(id) {
@@ -217,6 +228,26 @@ impl Ledger {
                 }
             }
         }
+        let mut unpaired = Vec::new();
+        if self.pairs {
+            // Consumed once: confirmed once, or delivered with its completion's answer cut off.
+            let once = |id: String| {
+                self.records.get(&id).is_some_and(|r| {
+                    r.confirmed == 1
+                        || (r.confirmed == 0 && r.deliveries > 0 && r.latest == Latest::Requested)
+                })
+            };
+            for (id, record) in &self.records {
+                if !id.contains('/')
+                    && record.acknowledged
+                    && !(once(format!("{id}/a")) && once(format!("{id}/b")))
+                {
+                    unpaired.push(id.as_str());
+                }
+            }
+        }
+        summary.unpaired = unpaired.len() as u64;
+        summary.unpaired_ids = examples(unpaired);
         summary.lost = lost.len() as u64;
         summary.duplicated = duplicated.len() as u64;
         summary.in_doubt = in_doubt.len() as u64;
@@ -251,6 +282,27 @@ mod tests {
         ledger.completion_requested(id);
         ledger.completion_confirmed(id);
         delivery
+    }
+
+    #[test]
+    fn a_seed_passes_only_with_both_derived_messages_consumed_once() {
+        let mut ledger = Ledger::with_pairs();
+        sent(&mut ledger, "s1");
+        consumed(&mut ledger, "s1");
+        assert_eq!(ledger.summary().unpaired, 1, "no derived messages yet");
+        for id in ["s1/a", "s1/b"] {
+            sent(&mut ledger, id);
+            consumed(&mut ledger, id);
+        }
+        assert!(ledger.summary().passed());
+        // A half transaction: the seed's second pair member missing.
+        sent(&mut ledger, "s2");
+        consumed(&mut ledger, "s2");
+        sent(&mut ledger, "s2/a");
+        consumed(&mut ledger, "s2/a");
+        let summary = ledger.summary();
+        assert_eq!((summary.unpaired, summary.unpaired_ids.clone()), (1, vec!["s2".to_owned()]));
+        assert!(!summary.passed());
     }
 
     #[test]

@@ -1,0 +1,221 @@
+//! A crash-test worker (the transaction scenario): it receives a seed message from `--address`
+//! in peek-lock mode and, in **one transaction**, sends two derived messages through
+//! `--address` to `--transfer-to` (a send-via link: target `--address`, link property
+//! `com.microsoft:transfer-destination-address`) and accepts the seed; then it commits. One
+//! seed at a time per worker.
+//!
+//! Derived messages are `<seed>/a` and `<seed>/b`, with the seed's id as PartitionKey (so they
+//! route to the seed's partition of the via queue, as Service Bus requires of a transaction on
+//! a partitioned entity). The ledger hears: the seed's delivery; before the discharge, the
+//! derived ids as attempted and the seed's completion as requested; after a commit the broker
+//! confirmed, the seed as completed and both derived ids as acknowledged; after a refused
+//! commit, the seed's completion as refused. A commit whose answer a crash cut off stays in
+//! doubt: the verdict's pairing check (each acknowledged seed yields exactly one `a` and one
+//! `b` at the destination) decides whether the broker kept it whole.
+
+use std::{sync::Arc, time::Duration};
+
+use anyhow::{bail, Context, Result};
+use fe2o3_amqp::{
+    link::receiver::CreditMode,
+    transaction::{
+        Controller, Transaction, TransactionDischarge, TransactionPosting, TransactionRetirement,
+    },
+    types::{
+        definitions::{Fields, ReceiverSettleMode, SenderSettleMode},
+        messaging::{Body, Data, Header, Message, Outcome, Properties},
+        primitives::{Binary, Symbol, Value},
+    },
+    Receiver, Sender,
+};
+use tokio::time::timeout;
+
+use crate::{consumer::message_id, ledger::Delivery, Phase, Shared};
+
+/// How long attaching, a post, an accept or a discharge may take before the connection is
+/// considered dead.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long one wait for a delivery lasts before the phase is looked at again.
+const POLL: Duration = Duration::from_millis(250);
+/// The link property naming a send-via link's final destination.
+const TRANSFER_DESTINATION: &str = "com.microsoft:transfer-destination-address";
+
+#[derive(Debug)]
+pub(crate) struct Worker {
+    index: u32,
+}
+
+impl Worker {
+    pub(crate) fn new(index: u32) -> Worker {
+        Worker { index }
+    }
+
+    /// Works until the run is done (or aborted), reconnecting as needed.
+    pub(crate) async fn run(self, shared: Arc<Shared>) -> Result<()> {
+        let mut phase = shared.phase.subscribe();
+        let mut backoff = crate::Backoff::default();
+        let mut connection = 0u64;
+        loop {
+            match *phase.borrow_and_update() {
+                Phase::Done => return Ok(()),
+                Phase::Aborted => bail!("aborted"),
+                _ => {}
+            }
+            connection += 1;
+            let name = format!("crash-w{}-{connection}", self.index);
+            match self.connected(&shared, &name, &mut backoff).await {
+                Ok(()) => return Ok(()),
+                Err(err) => {
+                    let stop = |p: &Phase| matches!(p, Phase::Done | Phase::Aborted);
+                    shared
+                        .pause_before_reconnecting(&name, &err, &mut backoff, &mut phase, stop)
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// One connection's life. `Ok` when the run is done; `Err` on any failure.
+    async fn connected(
+        &self,
+        shared: &Shared,
+        name: &str,
+        backoff: &mut crate::Backoff,
+    ) -> Result<()> {
+        let options = &shared.options;
+        let via = options.address.as_str();
+        let destination = options.transfer_to.as_deref().context("no --transfer-to")?;
+        let mut link = timeout(REQUEST_TIMEOUT, shared.endpoint.connect(name, via))
+            .await
+            .context("connecting timed out")??;
+        let controller =
+            timeout(REQUEST_TIMEOUT, Controller::attach(&mut link.session, format!("{name}-txn")))
+                .await
+                .context("attaching the controller timed out")?
+                .context("attaching the controller")?;
+        let mut receiver = timeout(
+            REQUEST_TIMEOUT,
+            Receiver::builder()
+                .name(format!("{name}-receiver"))
+                .source(via.to_owned())
+                .sender_settle_mode(SenderSettleMode::Unsettled)
+                .receiver_settle_mode(ReceiverSettleMode::First)
+                .credit_mode(CreditMode::Manual)
+                .attach(&mut link.session),
+        )
+        .await
+        .context("attaching timed out")?
+        .with_context(|| format!("attaching a receiver to {via}"))?;
+        let mut properties = Fields::new();
+        properties.insert(Symbol::from(TRANSFER_DESTINATION), Value::String(destination.into()));
+        let mut sender = timeout(
+            REQUEST_TIMEOUT,
+            Sender::builder()
+                .name(format!("{name}-via"))
+                .target(via.to_owned())
+                .properties(properties)
+                .sender_settle_mode(SenderSettleMode::Unsettled)
+                .receiver_settle_mode(ReceiverSettleMode::First)
+                .attach(&mut link.session),
+        )
+        .await
+        .context("attaching timed out")?
+        .with_context(|| format!("attaching a send-via link to {via} for {destination}"))?;
+        receiver.set_credit(1).await.context("granting credit")?;
+        let _attached = shared.consumer_attached();
+        backoff.reset();
+
+        let mut phase = shared.phase.subscribe();
+        loop {
+            if matches!(*phase.borrow_and_update(), Phase::Done | Phase::Aborted) {
+                break;
+            }
+            if link.connection.is_closed() {
+                bail!("the connection closed");
+            }
+            let delivery = match timeout(POLL, receiver.recv::<Body<Value>>()).await {
+                Err(_elapsed) => continue,
+                Ok(delivery) => delivery.context("receiving")?,
+            };
+            shared.touch();
+            let properties = delivery.message().properties.as_ref();
+            let seed = message_id(properties.and_then(|p| p.message_id.as_ref()))
+                .context("a seed without MessageId")?;
+            match shared.ledger().deliver(Some(&seed)) {
+                Delivery::AfterCompletion => eprintln!(
+                    "ironbus-crash: {name}: DUPLICATE: {seed} delivered after its transaction \
+                     committed"
+                ),
+                Delivery::Unknown => eprintln!("ironbus-crash: {name}: UNKNOWN: {seed}"),
+                Delivery::First | Delivery::Redelivery => {}
+            }
+            let derived = [format!("{seed}/a"), format!("{seed}/b")];
+            let work = async {
+                let txn = Transaction::declare(&controller, None).await.context("declaring")?;
+                for id in &derived {
+                    shared.ledger().attempt(id);
+                    let message = Message::builder()
+                        .header(Header { durable: true, ..Header::default() })
+                        .properties(Properties::builder().message_id(id.clone()).build())
+                        .message_annotations(partition_key(&seed))
+                        .body(Data(Binary::from(id.as_bytes().to_vec())))
+                        .build();
+                    match txn.post(&mut sender, message).await.context("posting")? {
+                        Outcome::Accepted(_) => {}
+                        other => bail!("a transactional send of {id} was not accepted: {other:?}"),
+                    }
+                }
+                txn.accept(&mut receiver, &delivery).await.context("accepting")?;
+                shared.ledger().completion_requested(&seed);
+                txn.commit().await.context("committing")
+            };
+            let outcome = tokio::select! {
+                outcome = timeout(REQUEST_TIMEOUT, work) => {
+                    outcome.context("the transaction timed out")?
+                }
+                () = crate::closed(&link.connection) => {
+                    bail!("the connection closed during a transaction")
+                }
+            };
+            match outcome {
+                Ok(()) => {
+                    let mut ledger = shared.ledger();
+                    ledger.completion_confirmed(&seed);
+                    for id in &derived {
+                        ledger.acknowledge(id);
+                    }
+                }
+                Err(err) => {
+                    // A refused commit is definite; a transport failure is in doubt (the
+                    // connection is gone and the next loop turn finds out).
+                    if !link.connection.is_closed() {
+                        shared.ledger().completion_refused(&seed);
+                    }
+                    bail!("{seed}: {err:#}");
+                }
+            }
+            shared.touch();
+            receiver.set_credit(1).await.context("topping up credit")?;
+        }
+        let closing = async {
+            let _ = receiver.detach().await;
+            let _ = sender.detach().await;
+            let _ = controller.close().await;
+            link.close(name).await;
+        };
+        let _ = timeout(Duration::from_secs(5), closing).await;
+        Ok(())
+    }
+}
+
+/// The message annotations that carry a PartitionKey (`x-opt-partition-key`).
+fn partition_key(key: &str) -> fe2o3_amqp::types::messaging::MessageAnnotations {
+    let mut annotations = fe2o3_amqp::types::messaging::MessageAnnotations::default();
+    annotations.insert(
+        fe2o3_amqp::types::messaging::annotations::OwnedKey::from(Symbol::from(
+            "x-opt-partition-key",
+        )),
+        Value::String(key.to_owned()),
+    );
+    annotations
+}
