@@ -123,6 +123,9 @@ const QUEUES: &[(&str, &[(&str, Prop)])] = &[
 const RUST_QUEUE: &str = "rust-q";
 /// The queue of the Rust REST client test (`azure_messaging_servicebus`, `IRONBUS_RUST_REST_QUEUE`).
 const RUST_REST_QUEUE: &str = "rust-rest";
+/// The Rust transaction tests' queues (fe2o3-amqp's controller, `compat/rust/tests/transactions.rs`):
+/// received from and sent through, and the send-via destination.
+const RUST_TXN_QUEUES: [&str; 2] = ["rust-txn", "rust-txn-out"];
 
 /// Every property of the emulator's queue format, with the value a queue gets unless it says
 /// otherwise in [`QUEUES`].
@@ -368,6 +371,9 @@ fn config_json() -> Value {
     }
     queues.push(queue(RUST_QUEUE.to_owned(), &[]));
     queues.push(queue(RUST_REST_QUEUE.to_owned(), &[]));
+    for name in RUST_TXN_QUEUES {
+        queues.push(queue(name.to_owned(), &[]));
+    }
     json!({
         "UserConfig": {
             "Namespaces": [{ "Name": NAMESPACE, "Queues": queues, "Topics": [] }],
