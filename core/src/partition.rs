@@ -586,6 +586,10 @@ impl Partition {
                     self.state.fx.reply(reply, Ok(()));
                 }
                 Command::Configure(config) => topic.configure(lane, config, now),
+                Command::Commit { work, reply } => {
+                    let outcome = topic.commit_in_lane(lane, &mut self.state, work, now);
+                    self.state.fx.reply(reply, outcome);
+                }
                 command => {
                     if let Some(state) = topic.lane_mut(lane) {
                         state.apply(command, now);

@@ -489,3 +489,42 @@ async fn send_via_transfers_left_by_a_restart_are_forwarded_by_the_next_start() 
     assert_eq!(second.peek_bodies("out").await, ["kept"]);
     assert_eq!(second.runtime("in").await.total_message_count, 0);
 }
+
+#[tokio::test]
+async fn a_subscription_settles_and_sends_through_itself_in_one_transaction() {
+    let f = Fixture::new().await;
+    guard(f.broker.create_entity(&path("t"), EntityDescription::Topic(Default::default())))
+        .await
+        .unwrap();
+    guard(f.broker.create_entity(
+        &path("t/Subscriptions/s"),
+        EntityDescription::Subscription(Default::default()),
+    ))
+    .await
+    .unwrap();
+    f.queue("out", QueueDescription::default()).await;
+    f.send("t", msg("event")).await;
+    let (_r, received) = f.receive("t/Subscriptions/s").await;
+
+    let txn = Transaction::new();
+    let via = path("t/Subscriptions/s");
+    f.broker
+        .settle_in_transaction(
+            &txn,
+            &addr("t/Subscriptions/s"),
+            Some(&via),
+            received.lock_token().unwrap(),
+            Disposition::Complete,
+        )
+        .unwrap();
+    f.broker.send_in_transaction(&txn, &addr("out"), Some(&via), vec![msg("reaction")]).unwrap();
+    guard(f.broker.commit(&txn)).await.unwrap();
+    f.until("the reaction reaches out", || async {
+        f.runtime("out").await.active_message_count == 1
+    })
+    .await;
+    f.settle_down().await;
+    assert_eq!(f.peek_bodies("out").await, ["reaction"]);
+    let left = guard(f.broker.peek("t/Subscriptions/s", SequenceNumber(0), 10)).await.unwrap();
+    assert!(left.is_empty(), "the event was completed with the commit: {left:?}");
+}

@@ -199,10 +199,11 @@ impl Broker {
     }
 
     /// Starts the forwarder of the entity's send-via transfer queue (what transactions sent
-    /// through it to other entities) if none runs: at a commit that sent through it, and at
-    /// start-up when that queue holds transfers.
+    /// through it to other entities; a topic's holds what was sent through its
+    /// subscriptions) if none runs: at a commit that sent through it, and at start-up when
+    /// that queue holds transfers.
     pub(crate) fn ensure_send_via_forwarder(&self, entity: &Arc<EntityHandle>) {
-        if !matches!(entity.kind, EntityKind::Queue | EntityKind::Subscription)
+        if !matches!(entity.kind, EntityKind::Queue | EntityKind::Topic)
             || entity.send_via_forwarder.swap(true, Ordering::AcqRel)
         {
             return;

@@ -114,7 +114,7 @@ impl Broker {
         let broker = self.clone();
         tokio::spawn(async move {
             for entity in all {
-                if matches!(entity.kind, EntityKind::Queue | EntityKind::Subscription) {
+                if matches!(entity.kind, EntityKind::Queue | EntityKind::Topic) {
                     let counts = super::ask_all(&entity, |reply| Command::Counts { reply }).await;
                     if counts.into_iter().flatten().any(|c| c.send_via > 0) {
                         broker.ensure_send_via_forwarder(&entity);

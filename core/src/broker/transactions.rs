@@ -461,7 +461,16 @@ impl Broker {
             Ok(()) => {
                 metrics::counter!(m::TRANSACTIONS_TOTAL, "outcome" => "commit").increment(1);
                 if transfers {
-                    self.ensure_send_via_forwarder(&via.entity);
+                    // A subscription's send-via transfers wait in its topic's partitions.
+                    let holder = match via.entity.kind {
+                        EntityKind::Subscription => {
+                            via.entity.path.parent().and_then(|topic| self.entity(&topic).ok())
+                        }
+                        _ => Some(via.entity.clone()),
+                    };
+                    if let Some(holder) = holder {
+                        self.ensure_send_via_forwarder(&holder);
+                    }
                 }
             }
             Err(_) => {

@@ -129,6 +129,37 @@ impl TopicPart {
 
     /// Publishes messages sent to the topic: scheduled ones wait in the topic's lane; the
     /// others are handed to every subscription whose rules take them, all in this cycle.
+    /// A transaction's commit on a subscription's lane: its settlements (and anything else
+    /// but sends) in the lane, and its sends through the subscription to other entities as
+    /// send-via transfers in the topic's own lane (lanes hold copies of the topic's bodies and
+    /// no sequence numbers of their own) — one cycle, so one write.
+    pub(crate) fn commit_in_lane(
+        &mut self,
+        lane: LaneId,
+        topic: &mut PartitionState,
+        work: Vec<super::Work>,
+        now: Timestamp,
+    ) -> Result<()> {
+        let (transfers, rest): (Vec<_>, Vec<_>) =
+            work.into_iter().partition(|w| matches!(w, super::Work::Transfer(_)));
+        let Some(state) = self.lane_mut(lane) else {
+            return Err(BrokerError::EntityNotFound {
+                entity: format!("{}/Subscriptions/?", self.name),
+            });
+        };
+        state.check_commit(&rest)?;
+        state.apply_work(rest, now);
+        for item in transfers {
+            if let super::Work::Transfer(message) = item {
+                let seq = topic.next_seq();
+                topic.fx.journal.put_body(seq, &message);
+                self.refs.insert(seq, 1);
+                topic.insert_copy(SubQueue::SendVia, seq, message, now, false, None);
+            }
+        }
+        Ok(())
+    }
+
     /// A transaction's commit on the topic: its sends, published together (a topic takes
     /// nothing else in a transaction: the broker refuses the rest).
     pub(crate) fn commit(

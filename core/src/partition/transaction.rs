@@ -52,7 +52,13 @@ impl PartitionState {
 
     /// Applies a transaction's work, all of it or (with the reason) none.
     pub(crate) fn commit(&mut self, work: Vec<Work>, now: Timestamp) -> Result<()> {
-        self.check_commit(&work, now)?;
+        self.check_commit(&work)?;
+        self.apply_work(work, now);
+        Ok(())
+    }
+
+    /// Applies work [`PartitionState::check_commit`] passed.
+    pub(crate) fn apply_work(&mut self, work: Vec<Work>, now: Timestamp) {
         for item in work {
             match item {
                 Work::Send(message) => {
@@ -84,12 +90,10 @@ impl PartitionState {
             }
         }
         self.process_due(now);
-        Ok(())
     }
 
-    /// Whether every part of the work can be applied at `now`.
-    fn check_commit(&self, work: &[Work], now: Timestamp) -> Result<()> {
-        let _ = now;
+    /// Whether every part of the work can be applied now.
+    pub(crate) fn check_commit(&self, work: &[Work]) -> Result<()> {
         for item in work {
             match item {
                 Work::Settle { queue, token, disposition } => {
