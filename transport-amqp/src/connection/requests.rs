@@ -39,6 +39,7 @@ impl Connection {
         path: String,
         address: EntityAddress,
         body: &[u8],
+        txn: Option<fe2o3_amqp_types::primitives::Binary>,
     ) {
         let request = match Request::decode(body) {
             Ok(r) => r,
@@ -66,9 +67,18 @@ impl Connection {
             }
             _ => None,
         };
+        // A request in a transaction (its transfer's transactional-state) adds its work to it.
+        let txn = match txn.map(|id| self.transaction(&id)).transpose() {
+            Ok(txn) => txn,
+            Err(e) => {
+                let payload = encode_error(message_id, Dialect::Management, &e);
+                return self.respond(channel, path, reply_to, payload);
+            }
+        };
+        let cx = management::Context { held, txn };
         let broker = self.cx.broker.clone();
         self.pending.push(Box::pin(async move {
-            let payload = match management::execute(broker, address, request, held).await {
+            let payload = match management::execute(broker, address, request, cx).await {
                 Ok(o) => encode_response(
                     message_id,
                     Dialect::Management,
