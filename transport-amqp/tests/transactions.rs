@@ -217,13 +217,30 @@ struct Raw {
 
 impl Raw {
     async fn connect(addr: &str) -> Raw {
+        Raw::connect_with(addr, common::raw::sasl_init()).await
+    }
+
+    /// Connects with SASL ANONYMOUS: no claims, as the Rust SDK before its CBS put-token.
+    async fn anonymous(addr: &str) -> Raw {
+        let mut init = bytes::BytesMut::new();
+        let anonymous = fe2o3_amqp::types::sasl::SaslInit {
+            mechanism: Symbol::from("ANONYMOUS"),
+            initial_response: None,
+            hostname: None,
+        };
+        let frame = fe2o3_amqp::frames::sasl::Frame::Init(anonymous);
+        ironbus_transport_amqp::frame::write_sasl(&mut init, &frame);
+        Raw::connect_with(addr, init.to_vec()).await
+    }
+
+    async fn connect_with(addr: &str, sasl_init: Vec<u8>) -> Raw {
         let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (read, write) = stream.into_split();
         let mut reader = FrameReader::new(read);
         reader.set_max_frame_size(1 << 20);
         let mut raw = Raw { write, reader, seen: Vec::new() };
         let mut hello = common::raw::SASL_HEADER.to_vec();
-        hello.extend(common::raw::sasl_init());
+        hello.extend(sasl_init);
         hello.extend(common::raw::AMQP_HEADER);
         hello.extend(common::raw::open());
         raw.write(hello).await;
@@ -314,11 +331,25 @@ impl Raw {
         state: Option<DeliveryState>,
         payload: Vec<u8>,
     ) {
+        self.transfer_format(channel, (handle, id), settled, state, 0, payload).await;
+    }
+
+    /// Sends a transfer of `payload` in message format `format` on link `handle` (delivery
+    /// `id`, tag = id).
+    async fn transfer_format(
+        &mut self,
+        channel: u16,
+        (handle, id): (u32, u32),
+        settled: bool,
+        state: Option<DeliveryState>,
+        format: u32,
+        payload: Vec<u8>,
+    ) {
         let transfer = Transfer {
             handle: Handle(handle),
             delivery_id: Some(id),
             delivery_tag: Some(id.to_be_bytes().to_vec().into()),
-            message_format: Some(0),
+            message_format: Some(format),
             settled: Some(settled),
             more: false,
             rcv_settle_mode: None,
@@ -791,5 +822,167 @@ async fn a_delivery_settled_in_a_rolled_back_transaction_settles_again_on_its_li
         .await;
     let Performative::Disposition(echo) = echo else { unreachable!() };
     assert!(matches!(echo.state, Some(DeliveryState::Accepted(_))), "{echo:?}");
+    assert!(peek(&broker, "q1").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_sent_in_a_transaction_is_stored_whole_at_commit() {
+    let (broker, _clock, _url, addr, _trigger) = start().await;
+    let mut raw = Raw::connect(&addr).await;
+    raw.begin(0).await;
+    raw.coordinator(0, 0, vec![]).await;
+    raw.attach(0, link_attach(1, Role::Sender, "q1", None)).await;
+    let txn = raw.declare(0, 0, 0).await;
+    // Service Bus's batch format: one data section per encoded message.
+    let mut batch = Vec::new();
+    for body in ["b1", "b2", "b3"] {
+        batch.extend(serde_amqp::to_vec(&Data(message(body).into())).unwrap());
+    }
+    raw.transfer_format(0, (1, 1), false, transactional(&txn, None), 0x8001_3700, batch).await;
+    let sent = raw.outcome(0, 1).await;
+    assert_eq!(Some(sent), transactional(&txn, Some(Outcome::Accepted(Accepted {}))));
+    assert!(peek(&broker, "q1").await.is_empty());
+    assert!(matches!(raw.discharge(0, 0, 2, &txn, false).await, DeliveryState::Accepted(_)));
+    assert_eq!(peek(&broker, "q1").await, ["b1", "b2", "b3"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unauthenticated_connection_attaches_a_coordinator_and_declares() {
+    let (_broker, _clock, _url, addr, _trigger) = start().await;
+    let mut raw = Raw::anonymous(&addr).await;
+    raw.begin(0).await;
+    // The Rust SDK's controller, before any CBS put-token.
+    raw.coordinator(0, 0, vec![]).await;
+    let txn = raw.declare(0, 0, 0).await;
+    // Declaring needs no right; an empty transaction commits.
+    assert!(matches!(raw.discharge(0, 0, 1, &txn, false).await, DeliveryState::Accepted(_)));
+    // The entity links are authorized as usual.
+    let reply = raw.attach(0, link_attach(1, Role::Sender, "q1", None)).await;
+    assert!(reply.target.is_none(), "an unauthorized sender was attached: {reply:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_entity_transaction_refuses_a_settlement_off_its_via_entity_and_is_doomed() {
+    let (broker, _clock, _url, addr, _trigger) = start().await;
+    broker.create_queue("q3", QueueDescription::default()).await.unwrap();
+    broker.send("q3", vec![ironbus_core::Message::new("elsewhere")]).await.unwrap();
+    let mut raw = Raw::connect(&addr).await;
+    raw.begin(0).await;
+    raw.coordinator(0, 0, vec![]).await;
+    // q1 is the via entity: its link came first.
+    raw.attach(0, link_attach(1, Role::Receiver, "q1", Some("r1"))).await;
+    raw.attach(0, link_attach(2, Role::Receiver, "q3", Some("r3"))).await;
+    raw.write(flow(0, 2, 1)).await;
+    let (_, transfer, _) =
+        raw.expect(|_, p| matches!(p, Performative::Transfer(t) if t.handle.0 == 2)).await;
+    let Performative::Transfer(transfer) = transfer else { unreachable!() };
+    let received = transfer.delivery_id.unwrap();
+    let txn = raw.declare(0, 0, 0).await;
+    let accept = Disposition {
+        role: Role::Receiver,
+        first: received,
+        last: None,
+        settled: false,
+        state: transactional(&txn, Some(Outcome::Accepted(Accepted {}))),
+        batchable: false,
+    };
+    raw.frame(0, Performative::Disposition(accept)).await;
+    let (_, refused, _) = raw
+        .expect(|_, p| matches!(p, Performative::Disposition(d) if d.role == Role::Sender))
+        .await;
+    let Performative::Disposition(refused) = refused else { unreachable!() };
+    rejected_with(refused.state.as_ref().unwrap(), "amqp:not-allowed");
+    // The failed operation doomed the transaction.
+    rejected_with(&raw.discharge(0, 0, 1, &txn, false).await, "amqp:transaction:rollback");
+    assert_eq!(peek(&broker, "q3").await, ["elsewhere"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_acquisition_is_refused_loudly() {
+    let (broker, _clock, _url, addr, _trigger) = start().await;
+    broker.send("q1", vec![ironbus_core::Message::new("m")]).await.unwrap();
+    let mut raw = Raw::connect(&addr).await;
+    raw.begin(0).await;
+    raw.coordinator(0, 0, vec![]).await;
+    raw.attach(0, link_attach(1, Role::Receiver, "q1", Some("r1"))).await;
+    let txn = raw.declare(0, 0, 0).await;
+    let mut properties = fe2o3_amqp::types::definitions::Fields::new();
+    properties.insert(Symbol::from("txn-id"), Value::Binary(txn));
+    let acquire = fe2o3_amqp::types::performatives::Flow {
+        next_incoming_id: Some(0),
+        incoming_window: u32::MAX,
+        next_outgoing_id: 1,
+        outgoing_window: u32::MAX,
+        handle: Some(Handle(1)),
+        delivery_count: Some(0),
+        link_credit: Some(1),
+        available: None,
+        drain: false,
+        echo: false,
+        properties: Some(properties),
+    };
+    raw.frame(0, Performative::Flow(acquire)).await;
+    let (_, detach, _) =
+        raw.expect(|_, p| matches!(p, Performative::Detach(d) if d.handle.0 == 1)).await;
+    let Performative::Detach(detach) = detach else { unreachable!() };
+    let error = detach.error.expect("a reason");
+    assert_eq!(condition(&error.condition), "amqp:not-implemented");
+    assert_eq!(peek(&broker, "q1").await, ["m"], "nothing delivered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_disposition_and_cancel_in_a_transaction_apply_at_commit_only() {
+    let (broker, clock, _url, addr, _trigger) = start().await;
+    broker.send("q1", vec![ironbus_core::Message::new("locked")]).await.unwrap();
+    let at = Timestamp::from_millis(ironbus_core::Clock::now(&clock).as_millis() + 3_600_000);
+    let scheduled = ironbus_core::Message::new("scheduled").with_scheduled_enqueue_time(at);
+    let outcomes = broker.schedule("q1", vec![scheduled]).await.unwrap();
+    let ironbus_core::SendOutcome::Enqueued(seq) = outcomes[0] else { panic!("{outcomes:?}") };
+
+    let mut raw = Raw::connect(&addr).await;
+    raw.begin(0).await;
+    raw.coordinator(0, 0, vec![]).await;
+    raw.attach(0, link_attach(1, Role::Receiver, "q1", Some("r1"))).await;
+    raw.write(flow(0, 1, 1)).await;
+    let (_, transfer, _) =
+        raw.expect(|_, p| matches!(p, Performative::Transfer(t) if t.handle.0 == 1)).await;
+    let Performative::Transfer(transfer) = transfer else { unreachable!() };
+    let tag = transfer.delivery_tag.unwrap();
+    let token = ironbus_transport_amqp::codec::delivery_tag_to_lock_token(tag.as_ref()).unwrap();
+    raw.begin(1).await;
+    raw.attach(1, link_attach(0, Role::Sender, "q1/$management", None)).await;
+    raw.attach(1, link_attach(1, Role::Receiver, "q1/$management", Some("reply"))).await;
+    raw.write(flow(1, 1, 10)).await;
+    let complete = || {
+        map(vec![
+            ("disposition-status", Value::String("completed".into())),
+            ("lock-tokens", Value::List(vec![Value::String(token.to_string())])),
+        ])
+    };
+    let cancel = || map(vec![("sequence-numbers", Value::List(vec![Value::Long(seq.0)]))]);
+    let both = ["locked", "scheduled"];
+
+    // Rolled back: still locked (and scheduled).
+    let txn = raw.declare(0, 0, 0).await;
+    let body = request("com.microsoft:update-disposition", 1, "reply", complete());
+    raw.transfer(1, 0, 0, true, transactional(&txn, None), body).await;
+    assert_eq!(raw.response().await, (200, None));
+    let body = request("com.microsoft:cancel-scheduled-message", 2, "reply", cancel());
+    raw.transfer(1, 0, 1, true, transactional(&txn, None), body).await;
+    assert_eq!(raw.response().await, (200, None));
+    assert_eq!(peek(&broker, "q1").await, both, "nothing applied before the discharge");
+    assert!(matches!(raw.discharge(0, 0, 1, &txn, true).await, DeliveryState::Accepted(_)));
+    assert_eq!(peek(&broker, "q1").await, both, "nothing applied by the rollback");
+
+    // Committed: completed and cancelled.
+    let txn = raw.declare(0, 0, 2).await;
+    let body = request("com.microsoft:update-disposition", 3, "reply", complete());
+    raw.transfer(1, 0, 2, true, transactional(&txn, None), body).await;
+    assert_eq!(raw.response().await, (200, None));
+    let body = request("com.microsoft:cancel-scheduled-message", 4, "reply", cancel());
+    raw.transfer(1, 0, 3, true, transactional(&txn, None), body).await;
+    assert_eq!(raw.response().await, (200, None));
+    assert_eq!(peek(&broker, "q1").await, both);
+    assert!(matches!(raw.discharge(0, 0, 3, &txn, false).await, DeliveryState::Accepted(_)));
     assert!(peek(&broker, "q1").await.is_empty());
 }

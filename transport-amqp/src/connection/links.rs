@@ -532,6 +532,9 @@ impl Connection {
             return Ok(());
         };
         let Some(link) = session.links.get_mut(&handle) else { return Ok(()) };
+        if matches!(link, LinkState::Outbound(_)) && transactions::asks_acquisition(&flow) {
+            return self.refuse_acquisition(channel, handle);
+        }
         match link {
             LinkState::Outbound(link) => {
                 let client_count = flow.delivery_count.unwrap_or(link.delivery_count);
@@ -590,7 +593,7 @@ impl Connection {
 }
 
 /// Whether `link` delivers from a session the connection holds.
-fn is_session_link(link: &LinkState) -> bool {
+pub(super) fn is_session_link(link: &LinkState) -> bool {
     matches!(
         link,
         LinkState::Outbound(OutboundLink { kind: Outbound::Entity { receiver, .. }, .. })

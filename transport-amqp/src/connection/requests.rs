@@ -75,9 +75,10 @@ impl Connection {
                 return self.respond(channel, path, reply_to, payload);
             }
         };
+        let in_transaction = txn.is_some();
         let cx = management::Context { held, txn };
         let broker = self.cx.broker.clone();
-        self.pending.push(Box::pin(async move {
+        let mut request: Pending = Box::pin(async move {
             let payload = match management::execute(broker, address, request, cx).await {
                 Ok(o) => encode_response(
                     message_id,
@@ -90,7 +91,14 @@ impl Connection {
                 Err(e) => encode_error(message_id, Dialect::Management, &e),
             };
             Event::Response { channel, node: path, reply_to, payload }
-        }));
+        });
+        if in_transaction {
+            // Its work reaches the transaction now, before a discharge read after it.
+            if let Some(event) = (&mut request).now_or_never() {
+                return self.pending.push(Box::pin(async move { event }));
+            }
+        }
+        self.pending.push(request);
     }
 
     /// Queues a response on the client's response link for `node`: the link whose target is

@@ -35,7 +35,7 @@ use crate::frame::{self};
 use crate::request::Request;
 
 use super::deliveries::settle_outcome;
-use super::links::InboundLink;
+use super::links::{is_session_link, InboundLink};
 use super::*;
 
 /// Connections numbered for their txn-ids.
@@ -139,6 +139,12 @@ pub(super) struct Discharged {
     result: Result<(), WireError>,
     /// Deliveries the transaction settled: forgotten if it committed.
     forget: Vec<(u16, u32, LockToken)>,
+}
+
+/// Whether a flow asks for transactional acquisition (AMQP 1.0 §4.4.3: `txn-id` in its
+/// properties), which Service Bus does not offer (receiving is not transactional).
+pub(super) fn asks_acquisition(flow: &fe2o3_amqp_types::performatives::Flow) -> bool {
+    flow.properties.as_ref().is_some_and(|p| p.keys().any(|k| k.as_str() == "txn-id"))
 }
 
 /// The txn-id a transfer's or disposition's state names, if transactional.
@@ -463,6 +469,30 @@ impl Connection {
         });
         let event = sent(result, Some(id));
         self.pending.push(Box::pin(async move { event }));
+    }
+
+    /// Detaches a receiver link whose flow asks for transactional acquisition: not offered,
+    /// and refused loudly rather than delivering outside the transaction the client named.
+    pub(super) fn refuse_acquisition(
+        &mut self,
+        channel: u16,
+        handle: u32,
+    ) -> Result<(), WireError> {
+        self.start_settles();
+        let session = self.session(channel)?;
+        let session_link = session.links.remove(&handle).is_some_and(|l| is_session_link(&l));
+        session.forget_link(handle, session_link);
+        let error = WireError::not_implemented(
+            "transactional acquisition (a txn-id in a flow) is not supported: receive outside \
+             the transaction and settle in it",
+        );
+        let detach = fe2o3_amqp_types::performatives::Detach {
+            handle: handle.into(),
+            closed: true,
+            error: Some(error.to_amqp()),
+        };
+        frame::write_performative(&mut self.out, channel, &Performative::Detach(detach));
+        Ok(())
     }
 
     /// Writes the outcome of a transactional send: transactional-state{txn-id, accepted}.
