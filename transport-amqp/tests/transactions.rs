@@ -986,3 +986,67 @@ async fn update_disposition_and_cancel_in_a_transaction_apply_at_commit_only() {
     assert!(matches!(raw.discharge(0, 0, 3, &txn, false).await, DeliveryState::Accepted(_)));
     assert!(peek(&broker, "q1").await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_session_state_in_a_transaction_applies_at_commit_only() {
+    let (broker, _clock, _url, addr, _trigger) = start().await;
+    let description = QueueDescription { requires_session: true, ..Default::default() };
+    broker.create_queue("sq", description).await.unwrap();
+    let message = ironbus_core::Message::new("m").with_session_id("s");
+    broker.send("sq", vec![message]).await.unwrap();
+    let mut raw = Raw::connect(&addr).await;
+    raw.begin(0).await;
+    raw.coordinator(0, 0, vec![]).await;
+    let mut attach = link_attach(1, Role::Receiver, "sq", Some("r1"));
+    attach.source = Some(Box::new(
+        Source::builder()
+            .address("sq")
+            .add_to_filter_using_legacy_format(
+                Symbol::from("com.microsoft:session-filter"),
+                Value::String("s".to_owned()),
+            )
+            .build(),
+    ));
+    let reply = raw.attach(0, attach).await;
+    assert!(reply.source.is_some(), "{reply:?}");
+    raw.begin(1).await;
+    raw.attach(1, link_attach(0, Role::Sender, "sq/$management", None)).await;
+    raw.attach(1, link_attach(1, Role::Receiver, "sq/$management", Some("reply"))).await;
+    raw.write(flow(1, 1, 10)).await;
+    let set = |state: &str| {
+        map(vec![
+            ("session-id", Value::String("s".into())),
+            ("session-state", Value::Binary(Binary::from(state.as_bytes().to_vec()))),
+        ])
+    };
+    let mut next = 0;
+    let mut state = async |raw: &mut Raw| {
+        next += 1;
+        let get = map(vec![("session-id", Value::String("s".into()))]);
+        let body = request("com.microsoft:get-session-state", 100 + next, "reply", get);
+        raw.transfer(1, 0, 100 + next as u32, true, None, body).await;
+        let (_, _, payload) = raw
+            .expect(|ch, p| ch == 1 && matches!(p, Performative::Transfer(t) if t.handle.0 == 1))
+            .await;
+        let response = ironbus_transport_amqp::request::Request::decode(&payload).unwrap();
+        match response.field("session-state") {
+            Some(Value::Binary(b)) => Some(String::from_utf8(b.to_vec()).unwrap()),
+            _ => None,
+        }
+    };
+
+    let txn = raw.declare(0, 0, 0).await;
+    let body = request("com.microsoft:set-session-state", 1, "reply", set("rolled back"));
+    raw.transfer(1, 0, 0, true, transactional(&txn, None), body).await;
+    assert_eq!(raw.response().await, (200, None));
+    assert!(matches!(raw.discharge(0, 0, 1, &txn, true).await, DeliveryState::Accepted(_)));
+    assert_eq!(state(&mut raw).await, None);
+
+    let txn = raw.declare(0, 0, 2).await;
+    let body = request("com.microsoft:set-session-state", 2, "reply", set("committed"));
+    raw.transfer(1, 0, 1, true, transactional(&txn, None), body).await;
+    assert_eq!(raw.response().await, (200, None));
+    assert_eq!(state(&mut raw).await, None, "not set before the commit");
+    assert!(matches!(raw.discharge(0, 0, 3, &txn, false).await, DeliveryState::Accepted(_)));
+    assert_eq!(state(&mut raw).await.as_deref(), Some("committed"));
+}

@@ -427,7 +427,6 @@ impl Connection {
     /// A client's send that is transactional (`txn`) or on a send-via link (`via`): added to
     /// the transaction (answered with transactional-state{accepted}), or sent through the via
     /// entity.
-    #[allow(clippy::too_many_arguments, reason = "a transfer's coordinates and contents")]
     pub(super) fn start_special_send(
         &mut self,
         (channel, handle, delivery_id, settled): (u16, u32, u32, bool),
@@ -438,26 +437,14 @@ impl Connection {
     ) {
         let sent =
             move |result, txn| Event::Sent { channel, handle, delivery_id, settled, result, txn };
-        let Some(id) = txn else {
-            let Some(via) = via else { unreachable!("neither transactional nor send-via") };
-            let messages = match messages {
-                Ok(m) => m,
-                Err(e) => {
-                    let event = sent(Err(e), None);
-                    return self.pending.push(Box::pin(async move { event }));
-                }
-            };
-            let broker = self.cx.broker.clone();
-            let mut send: Pending = Box::pin(async move {
-                let result = broker.send_via(&via, &address, messages).await;
-                sent(result.map_err(WireError::from), None)
-            });
-            // Polled once now, so that the send reaches its partition in the link's order.
-            match (&mut send).now_or_never() {
-                Some(event) => self.pending.push(Box::pin(async move { event })),
-                None => self.pending.push(send),
+        let (id, via) = match (txn, via) {
+            (Some(id), via) => (id, via),
+            (None, Some(via)) => return self.start_send_via(sent, address, via, messages),
+            (None, None) => {
+                let e = WireError::new("amqp:internal-error", 500, "not a transactional send");
+                let event = sent(Err(e), None);
+                return self.pending.push(Box::pin(async move { event }));
             }
-            return;
         };
         let via = via.or_else(|| self.session_via(channel));
         let result = messages.and_then(|messages| {
@@ -469,6 +456,33 @@ impl Connection {
         });
         let event = sent(result, Some(id));
         self.pending.push(Box::pin(async move { event }));
+    }
+
+    /// A send outside any transaction on a send-via link: through `via`'s transfer queue.
+    fn start_send_via(
+        &mut self,
+        sent: impl FnOnce(Result<(), WireError>, Option<Binary>) -> Event + Send + 'static,
+        address: EntityAddress,
+        via: EntityPath,
+        messages: Result<Vec<Message>, WireError>,
+    ) {
+        let messages = match messages {
+            Ok(m) => m,
+            Err(e) => {
+                let event = sent(Err(e), None);
+                return self.pending.push(Box::pin(async move { event }));
+            }
+        };
+        let broker = self.cx.broker.clone();
+        let mut send: Pending = Box::pin(async move {
+            let result = broker.send_via(&via, &address, messages).await;
+            sent(result.map_err(WireError::from), None)
+        });
+        // Polled once now, so that the send reaches its partition in the link's order.
+        match (&mut send).now_or_never() {
+            Some(event) => self.pending.push(Box::pin(async move { event })),
+            None => self.pending.push(send),
+        }
     }
 
     /// Detaches a receiver link whose flow asks for transactional acquisition: not offered,

@@ -98,7 +98,7 @@ impl Connection {
         let oversize = partial.oversize;
         let txn = transactions::txn_id(partial.state.as_ref());
         match node {
-            Node::Entity(address) if txn.is_some() || link.via.is_some() => {
+            Node::Entity(address) => {
                 link.in_flight += 1;
                 let via = link.via.clone();
                 let messages = if oversize {
@@ -110,22 +110,15 @@ impl Connection {
                 } else {
                     decode_send(&body, partial.format)
                 };
-                let at = (channel, handle, delivery_id, settled);
-                self.start_special_send(at, address, via, txn, messages);
-            }
-            Node::Entity(address) => {
-                link.in_flight += 1;
-                let result = if oversize {
-                    Err(WireError::new(
-                        "amqp:link:message-size-exceeded",
-                        413,
-                        "the message exceeds the largest delivery ironbus accepts",
-                    ))
-                } else {
-                    decode_send(&body, partial.format).and_then(|messages| {
-                        self.cx.broker.start_send(address, messages).map_err(WireError::from)
-                    })
-                };
+                if txn.is_some() || via.is_some() {
+                    // In a transaction, or through a send-via link (`transactions.rs`).
+                    let at = (channel, handle, delivery_id, settled);
+                    self.start_special_send(at, address, via, txn, messages);
+                    return Ok(());
+                }
+                let result = messages.and_then(|messages| {
+                    self.cx.broker.start_send(address, messages).map_err(WireError::from)
+                });
                 match result {
                     Ok(future) => self.pending.push(Box::pin(async move {
                         let result = future.await.map(|_| ()).map_err(WireError::from);
