@@ -1050,3 +1050,48 @@ async fn set_session_state_in_a_transaction_applies_at_commit_only() {
     assert!(matches!(raw.discharge(0, 0, 3, &txn, false).await, DeliveryState::Accepted(_)));
     assert_eq!(state(&mut raw).await.as_deref(), Some("committed"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_may_hold_a_thousand_open_transactions() {
+    let (_broker, _clock, _url, addr, _trigger) = start().await;
+    let mut raw = Raw::connect(&addr).await;
+    raw.begin(0).await;
+    raw.coordinator(0, 0, vec![]).await;
+    let mut ids = std::collections::HashSet::new();
+    for id in 0..1000 {
+        ids.insert(raw.declare(0, 0, id).await);
+    }
+    assert_eq!(ids.len(), 1000, "every txn-id is new");
+    raw.transfer(0, 0, 1000, false, None, value(Declare { global_id: None })).await;
+    rejected_with(&raw.outcome(0, 1000).await, "amqp:resource-limit-exceeded");
+    // One discharged makes room for one more.
+    let first = ids.iter().next().unwrap().clone();
+    assert!(matches!(raw.discharge(0, 0, 1001, &first, true).await, DeliveryState::Accepted(_)));
+    raw.declare(0, 0, 1002).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_in_a_timed_out_transaction_is_refused_in_service_bus_words() {
+    let (broker, clock, _url, addr, _trigger) = start().await;
+    let mut raw = Raw::connect(&addr).await;
+    raw.begin(0).await;
+    raw.coordinator(0, 0, vec![]).await;
+    raw.attach(0, link_attach(1, Role::Sender, "q1", None)).await;
+    let txn = raw.declare(0, 0, 0).await;
+    raw.transfer(0, 1, 1, false, transactional(&txn, None), message("first")).await;
+    raw.outcome(0, 1).await;
+    clock.advance(ironbus_core::transaction::TIMEOUT);
+    raw.transfer(0, 1, 2, false, transactional(&txn, None), message("late")).await;
+    let refused = raw.outcome(0, 2).await;
+    rejected_with(&refused, "amqp:not-allowed");
+    let DeliveryState::Rejected(rejected) = refused else { unreachable!() };
+    let expected = format!(
+        "No active Transaction was found for ID '{}'. The Transaction may have timed out or \
+         attempted to span multiple top-level entities such as Queue or Topic. The server \
+         Transaction timeout is: 00:02:00.",
+        String::from_utf8_lossy(&txn)
+    );
+    assert_eq!(rejected.error.unwrap().description, Some(expected));
+    rejected_with(&raw.discharge(0, 0, 3, &txn, false).await, "amqp:transaction:unknown-id");
+    assert!(peek(&broker, "q1").await.is_empty());
+}

@@ -44,6 +44,9 @@ static CONNECTIONS: AtomicU64 = AtomicU64::new(1);
 pub(super) const UNKNOWN_ID: &str = "amqp:transaction:unknown-id";
 /// The link property of a send-via sender: the final destination (the target is the via entity).
 const TRANSFER_DESTINATION: &str = "com.microsoft:transfer-destination-address";
+/// The most transactions one connection may have declared and not discharged (a declared
+/// transaction with no work never times out: its timer starts with its first operation).
+const MAX_OPEN: usize = 1000;
 const DECLARE: u64 = 0x31;
 const DISCHARGE: u64 = 0x32;
 
@@ -319,6 +322,20 @@ impl Connection {
             }
         };
         match control {
+            Control::Declare if self.txns.open.len() >= MAX_OPEN => {
+                if !settled {
+                    let e = WireError::new(
+                        "amqp:resource-limit-exceeded",
+                        403,
+                        format!(
+                            "this connection has {MAX_OPEN} transactions declared and not \
+                             discharged: discharge some first"
+                        ),
+                    );
+                    let state = DeliveryState::Rejected(Rejected { error: Some(e.to_amqp()) });
+                    self.write_ack(channel, delivery_id, delivery_id, state);
+                }
+            }
             Control::Declare => {
                 let txns = &mut self.txns;
                 txns.declared += 1;
