@@ -652,3 +652,74 @@ fn outcome_state(outcome: &Outcome) -> DeliveryState {
         Outcome::Declared(d) => DeliveryState::Declared(d.clone()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use fe2o3_amqp_types::messaging::AmqpValue;
+    use fe2o3_amqp_types::transaction::{Declare, Discharge};
+
+    use super::*;
+
+    fn body(value: Value) -> Vec<u8> {
+        serde_amqp::to_vec(&AmqpValue(value)).unwrap()
+    }
+
+    fn described(descriptor: Descriptor, fields: Vec<Value>) -> Value {
+        Value::Described(Box::new(Described { descriptor, value: Value::List(fields) }))
+    }
+
+    #[test]
+    fn control_messages_decode_by_code_or_name() {
+        let declare = serde_amqp::to_vec(&AmqpValue(Declare { global_id: None })).unwrap();
+        assert!(matches!(decode_control(&declare), Ok(Control::Declare)));
+        let discharge = Discharge { txn_id: Binary::from(b"t".to_vec()), fail: Some(true) };
+        let discharge = serde_amqp::to_vec(&AmqpValue(discharge)).unwrap();
+        assert!(
+            matches!(decode_control(&discharge), Ok(Control::Discharge(id, true)) if id == b"t")
+        );
+        let by_name = described(
+            Descriptor::Name("amqp:discharge:list".into()),
+            vec![Value::Binary(Binary::from(b"u".to_vec()))],
+        );
+        let decoded = decode_control(&body(by_name));
+        assert!(matches!(decoded, Ok(Control::Discharge(id, false)) if id == b"u"), "fail absent");
+        let global =
+            described(Descriptor::Code(DECLARE), vec![Value::Binary(Binary::from(vec![1]))]);
+        assert!(matches!(decode_control(&body(global)), Ok(Control::Declare)), "global-id ignored");
+    }
+
+    #[test]
+    fn malformed_control_messages_are_decode_errors() {
+        let cases = [
+            body(Value::String("declare".into())),
+            body(described(Descriptor::Code(0x33), vec![])),
+            body(described(Descriptor::Code(DISCHARGE), vec![])),
+            body(described(Descriptor::Code(DISCHARGE), vec![Value::String("t".into())])),
+            body(described(
+                Descriptor::Code(DISCHARGE),
+                vec![Value::Binary(Binary::from(vec![1])), Value::Int(1)],
+            )),
+            vec![0x00, 0x53],
+        ];
+        for case in cases {
+            let error = decode_control(&case).err().expect("refused");
+            assert_eq!(error.condition, "amqp:decode-error", "{case:02x?}");
+        }
+    }
+
+    #[test]
+    fn the_first_link_of_a_session_decides_whether_it_is_cross_entity() {
+        let q1 = EntityPath::parse("q1").unwrap();
+        let q2 = EntityPath::parse("q2").unwrap();
+        let mut cross = SessionTxn::default();
+        cross.note_link(None);
+        cross.note_link(None);
+        cross.note_link(Some(&q1));
+        cross.note_link(Some(&q2));
+        assert_eq!(cross.via(), Some(&q1));
+        let mut plain = SessionTxn::default();
+        plain.note_link(Some(&q1));
+        plain.note_link(None);
+        assert_eq!(plain.via(), None);
+    }
+}
