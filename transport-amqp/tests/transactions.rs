@@ -1095,3 +1095,22 @@ async fn a_send_in_a_timed_out_transaction_is_refused_in_service_bus_words() {
     rejected_with(&raw.discharge(0, 0, 3, &txn, false).await, "amqp:transaction:unknown-id");
     assert!(peek(&broker, "q1").await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_tick_rolls_back_a_timed_out_transaction() {
+    let (broker, clock, _url, addr, _trigger) = start().await;
+    let mut raw = Raw::connect(&addr).await;
+    raw.begin(0).await;
+    raw.coordinator(0, 0, vec![]).await;
+    raw.attach(0, link_attach(1, Role::Sender, "q1", None)).await;
+    let txn = raw.declare(0, 0, 0).await;
+    raw.transfer(0, 1, 1, false, transactional(&txn, None), message("first")).await;
+    raw.outcome(0, 1).await;
+    clock.advance(ironbus_core::transaction::TIMEOUT);
+    // The tick comes every 5 s: after it, the transaction is gone altogether.
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    raw.transfer(0, 1, 2, false, transactional(&txn, None), message("late")).await;
+    rejected_with(&raw.outcome(0, 2).await, "amqp:transaction:unknown-id");
+    rejected_with(&raw.discharge(0, 0, 3, &txn, false).await, "amqp:transaction:unknown-id");
+    assert!(peek(&broker, "q1").await.is_empty());
+}
