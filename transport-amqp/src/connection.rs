@@ -17,7 +17,8 @@
 //! flow frames and windows), `links.rs` (Attach, Detach, credit), `transfers.rs` (the client's
 //! transfers and their outcomes), `deliveries.rs` (our deliveries and their settlement),
 //! `cbs.rs` (put-token and the connection's grants), `requests.rs` (`$management` requests and
-//! response routing) and `address.rs` (what a terminus address names).
+//! response routing), `transactions.rs` (coordinator links, declare/discharge, transactional
+//! sends, settlements and requests, send-via) and `address.rs` (what a terminus address names).
 
 mod address;
 mod cbs;
@@ -26,6 +27,7 @@ mod links;
 mod requests;
 mod sasl;
 mod session;
+mod transactions;
 mod transfers;
 
 use std::collections::HashMap;
@@ -59,6 +61,7 @@ use self::cbs::Grants;
 use self::deliveries::{Settle, SettleAnswer, Unsettled};
 use self::links::{LinkState, Outbound, OutboundLink};
 use self::session::{no_session, Session};
+use self::transactions::{Discharged, Transactions};
 use self::transfers::Partial;
 
 /// Largest frame we accept and advertise.
@@ -99,6 +102,8 @@ enum Event {
         delivery_id: u32,
         settled: bool,
         result: Result<(), WireError>,
+        /// The transaction the send was added to (its outcome is a transactional state).
+        txn: Option<fe2o3_amqp_types::primitives::Binary>,
     },
     /// Clients' dispositions were applied (one outcome each).
     Settled(Vec<(SettleAnswer, Result<(), WireError>)>),
@@ -108,6 +113,8 @@ enum Event {
     Response { channel: u16, node: String, reply_to: Option<String>, payload: Bytes },
     /// An accept-next for a session receiver attach finished (`links.rs`).
     SessionAccepted(links::Accepted),
+    /// A discharge (commit or rollback) finished (`transactions.rs`).
+    Discharged(Discharged),
 }
 
 /// Serves one connection, given as the two halves of its byte stream (a TCP socket's, a TLS
@@ -379,6 +386,8 @@ struct Connection {
     /// be answered together (`write_acks`).
     acks: Vec<(u16, u32, Option<WireError>)>,
     watcher: Arc<Notify>,
+    /// The transactions this connection declared and has not discharged.
+    txns: Transactions,
 }
 
 impl Connection {
@@ -389,7 +398,6 @@ impl Connection {
         watcher: Arc<Notify>,
     ) -> Self {
         Connection {
-            cx,
             out: BytesMut::new(),
             writer,
             outbox,
@@ -403,7 +411,9 @@ impl Connection {
             pending: FuturesUnordered::new(),
             settles: Vec::new(),
             acks: Vec::new(),
+            txns: Transactions::new(cx.broker.clone()),
             watcher,
+            cx,
         }
     }
 
@@ -586,6 +596,7 @@ impl Connection {
                     // An idle connection holds no buffer memory (20,000 of them fit in
                     // 400 MB: `cargo xtask bench connections`).
                     reader.release_idle_buffer();
+                    self.expire_transactions();
                     if self.out.is_empty() && self.out.capacity() > 0 {
                         self.out = BytesMut::new();
                     }
@@ -714,12 +725,14 @@ impl Connection {
 
     fn on_event(&mut self, event: Event) {
         match event {
-            Event::Sent { channel, handle, delivery_id, settled, result } => {
+            Event::Sent { channel, handle, delivery_id, settled, result, txn } => {
                 if let Err(e) = &result {
                     tracing::debug!(condition = e.condition, description = %e.description, "send refused");
                 }
-                if !settled {
-                    self.acks.push((channel, delivery_id, result.err()));
+                match (settled, txn, result) {
+                    (true, ..) => {}
+                    (false, Some(txn), Ok(())) => self.ack_transactional(channel, delivery_id, txn),
+                    (false, _, result) => self.acks.push((channel, delivery_id, result.err())),
                 }
                 if let Some(LinkState::Inbound(link)) =
                     self.sessions.get_mut(&channel).and_then(|s| s.links.get_mut(&handle))
@@ -772,6 +785,7 @@ impl Connection {
                 self.respond(channel, node, reply_to, payload)
             }
             Event::SessionAccepted(accepted) => self.on_session_accepted(accepted),
+            Event::Discharged(discharged) => self.on_discharged(discharged),
         }
     }
 }

@@ -19,7 +19,7 @@ use fe2o3_amqp_types::primitives::Value;
 use ironbus_core::auth::Right;
 use std::sync::Arc;
 
-use ironbus_core::{Broker, EntityAddress, SessionReceiver};
+use ironbus_core::{Broker, EntityAddress, SessionReceiver, Transaction};
 
 use crate::error::WireError;
 use crate::request::Request;
@@ -42,6 +42,17 @@ impl Outcome {
     fn no_content() -> Self {
         Outcome { status: 204, description: "No Content", body: None }
     }
+}
+
+/// What a request brings besides its message: the session receiver the caller holds for the
+/// request's `session-id`, and the transaction the request transfer names (its
+/// transactional-state), if any. An operation that can be part of a transaction (schedule,
+/// cancel, update-disposition, set-session-state) adds its work to `txn` instead of doing it;
+/// the others run as without one.
+#[derive(Debug, Default)]
+pub struct Context {
+    pub held: Option<Arc<SessionReceiver>>,
+    pub txn: Option<Transaction>,
 }
 
 /// A `$management` operation, as named by a request's `operation` application property.
@@ -122,36 +133,36 @@ impl Operation {
         }
     }
 
-    /// Carries out the operation on `address`.
-    /// `held`: the session receiver the caller holds for the request's `session-id`, if any.
+    /// Carries out the operation on `address`, with what `cx` brings.
     pub async fn execute(
         self,
         broker: Broker,
         address: EntityAddress,
         request: &Request,
-        held: Option<Arc<SessionReceiver>>,
+        cx: Context,
     ) -> Result<Outcome, WireError> {
+        let txn = cx.txn.as_ref();
         match self {
             Operation::RenewLock => renew_lock::execute(broker, address, request).await,
             Operation::PeekMessage => peek::execute(broker, address, request).await,
-            Operation::ScheduleMessage => schedule::execute(broker, address, request).await,
+            Operation::ScheduleMessage => schedule::execute(broker, address, request, txn).await,
             Operation::CancelScheduledMessage => {
-                cancel_scheduled::execute(broker, address, request).await
+                cancel_scheduled::execute(broker, address, request, txn).await
             }
             Operation::ReceiveBySequenceNumber => {
-                receive_deferred::execute(broker, address, request, held).await
+                receive_deferred::execute(broker, address, request, cx.held).await
             }
             Operation::UpdateDisposition => {
-                update_disposition::execute(broker, address, request).await
+                update_disposition::execute(broker, address, request, txn).await
             }
             Operation::RenewSessionLock
             | Operation::GetSessionState
             | Operation::SetSessionState
             | Operation::GetMessageSessions => {
-                sessions::execute(self, broker, address, request, held).await
+                sessions::execute(self, broker, address, request, &cx).await
             }
             Operation::AddRule | Operation::RemoveRule | Operation::EnumerateRules => {
-                rules::execute(self, broker, address, request).await
+                rules::execute(self, broker, address, request, txn.is_some()).await
             }
         }
     }
@@ -163,11 +174,11 @@ pub async fn execute(
     broker: Broker,
     address: EntityAddress,
     request: Request,
-    held: Option<Arc<SessionReceiver>>,
+    cx: Context,
 ) -> Result<Outcome, WireError> {
     let name = request.property("operation").unwrap_or_default();
     match Operation::parse(&name) {
-        Some(operation) => operation.execute(broker, address, &request, held).await,
+        Some(operation) => operation.execute(broker, address, &request, cx).await,
         None => Err(WireError::not_implemented(format!("unknown management operation {name:?}"))),
     }
 }

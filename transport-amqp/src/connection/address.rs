@@ -12,6 +12,8 @@ pub(super) enum Node {
     Entity(EntityAddress),
     Cbs,
     Management(EntityAddress),
+    /// A transaction coordinator (a coordinator target, no address).
+    Coordinator,
 }
 
 /// The node path of a terminus address: scheme and host stripped, no surrounding slashes.

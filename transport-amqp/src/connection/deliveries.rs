@@ -3,7 +3,7 @@
 //! and partition, outcomes echoed.
 
 use fe2o3_amqp_types::definitions::{Handle, Role};
-use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Modified, Rejected, Released};
+use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Modified, Outcome, Rejected, Released};
 use fe2o3_amqp_types::performatives::{Disposition, Transfer};
 use fe2o3_amqp_types::primitives::Value;
 use ironbus_core::{
@@ -170,47 +170,25 @@ impl Connection {
         if !session.lost.is_empty() {
             self.refuse_lost(channel, first, span, disposition.settled);
         }
+        let mut state = disposition.state.clone();
+        if let Some(DeliveryState::TransactionalState(ts)) = &disposition.state {
+            if self.on_transactional_disposition(channel, &ids, ts, disposition.settled) {
+                return Ok(());
+            }
+            // A release in a transaction is a release.
+            state = Some(DeliveryState::Released(Released {}));
+        }
         let Some(session) = self.sessions.get_mut(&channel) else { return Ok(()) };
         for id in ids {
             let Some(unsettled) = session.unsettled.remove(&id) else { continue };
-            let (core, echo) = match &disposition.state {
-                Some(DeliveryState::Accepted(_)) => {
-                    (CoreDisposition::Complete, DeliveryState::Accepted(Accepted {}))
-                }
-                Some(DeliveryState::Released(_)) => {
-                    (CoreDisposition::Release, DeliveryState::Released(Released {}))
-                }
-                Some(DeliveryState::Modified(m)) => {
-                    let properties = m
-                        .message_annotations
-                        .as_ref()
-                        .map(|f| {
-                            f.iter()
-                                .filter_map(|(k, v)| {
-                                    Some((k.0.clone(), management::property_value(v)?))
-                                })
-                                .collect::<ApplicationProperties>()
-                        })
-                        .unwrap_or_default();
-                    let core = if m.undeliverable_here == Some(true) {
-                        CoreDisposition::Defer { properties }
-                    } else {
-                        CoreDisposition::Abandon { properties }
-                    };
-                    (
-                        core,
-                        DeliveryState::Modified(Modified {
-                            delivery_failed: None,
-                            undeliverable_here: None,
-                            message_annotations: None,
-                        }),
-                    )
-                }
-                Some(DeliveryState::Rejected(r)) => {
-                    (dead_letter(r), DeliveryState::Rejected(Rejected { error: None }))
-                }
-                // Received or transactional states: not outcomes we act on.
-                _ => continue,
+            // Received or transactional states: not outcomes we act on.
+            let Some((core, echo)) = state.as_ref().and_then(settle_outcome) else { continue };
+            let echo = match echo {
+                Outcome::Accepted(a) => DeliveryState::Accepted(a),
+                Outcome::Released(r) => DeliveryState::Released(r),
+                Outcome::Modified(m) => DeliveryState::Modified(m),
+                Outcome::Rejected(r) => DeliveryState::Rejected(r),
+                Outcome::Declared(d) => DeliveryState::Declared(d),
             };
             let echo = (!disposition.settled).then_some(echo);
             self.settles.push(Settle {
@@ -283,6 +261,41 @@ impl Connection {
             }));
         }
     }
+}
+
+/// What a client's outcome asks of a delivery's message, and the outcome echoed back; `None`
+/// for states that settle nothing (received, transactional).
+pub(super) fn settle_outcome(state: &DeliveryState) -> Option<(CoreDisposition, Outcome)> {
+    Some(match state {
+        DeliveryState::Accepted(_) => (CoreDisposition::Complete, Outcome::Accepted(Accepted {})),
+        DeliveryState::Released(_) => (CoreDisposition::Release, Outcome::Released(Released {})),
+        DeliveryState::Modified(m) => {
+            let properties = m
+                .message_annotations
+                .as_ref()
+                .map(|f| {
+                    f.iter()
+                        .filter_map(|(k, v)| Some((k.0.clone(), management::property_value(v)?)))
+                        .collect::<ApplicationProperties>()
+                })
+                .unwrap_or_default();
+            let core = if m.undeliverable_here == Some(true) {
+                CoreDisposition::Defer { properties }
+            } else {
+                CoreDisposition::Abandon { properties }
+            };
+            (
+                core,
+                Outcome::Modified(Modified {
+                    delivery_failed: None,
+                    undeliverable_here: None,
+                    message_annotations: None,
+                }),
+            )
+        }
+        DeliveryState::Rejected(r) => (dead_letter(r), Outcome::Rejected(Rejected { error: None })),
+        _ => return None,
+    })
 }
 
 /// A rejected outcome as a dead-letter request: reason and description from the error's info

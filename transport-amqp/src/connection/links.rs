@@ -15,7 +15,7 @@ use fe2o3_amqp_types::primitives::{Symbol, Value};
 use futures_util::future::{AbortHandle, Abortable};
 use ironbus_core::auth::Right;
 use ironbus_core::{
-    EntityAddress, EntityDescription, PathShape, ReceiveMode, Receiver, SessionError,
+    EntityAddress, EntityDescription, EntityPath, PathShape, ReceiveMode, Receiver, SessionError,
     SessionReceiver,
 };
 
@@ -25,7 +25,7 @@ use crate::frame::{self};
 use super::*;
 
 /// Credit granted to each client sender link, and topped up as sends complete.
-const SENDER_CREDIT: u32 = 1000;
+pub(super) const SENDER_CREDIT: u32 = 1000;
 
 #[derive(Debug)]
 pub(super) struct InboundLink {
@@ -36,6 +36,22 @@ pub(super) struct InboundLink {
     pub(super) credit: u32,
     pub(super) in_flight: u32,
     pub(super) partial: Option<Partial>,
+    /// A send-via link's via entity (its target; `node` is the final destination).
+    pub(super) via: Option<EntityPath>,
+}
+
+impl InboundLink {
+    pub(super) fn new(node: Node, path: impl Into<String>, delivery_count: u32) -> Self {
+        InboundLink {
+            node,
+            path: path.into(),
+            delivery_count,
+            credit: SENDER_CREDIT,
+            in_flight: 0,
+            partial: None,
+            via: None,
+        }
+    }
 }
 
 /// The source filter that asks for a session (amqp.md §7).
@@ -148,13 +164,7 @@ impl Connection {
             match attach.target.as_deref() {
                 Some(TargetArchetype::Target(t)) => t.address.clone(),
                 Some(TargetArchetype::Coordinator(_)) => {
-                    return self.refuse(
-                        channel,
-                        attach,
-                        WireError::not_implemented(
-                            "transactions are not implemented by ironbus yet",
-                        ),
-                    );
+                    return self.attach_coordinator(channel, attach);
                 }
                 None => None,
             }
@@ -172,7 +182,7 @@ impl Connection {
         let now = self.now();
         // Authorization and existence.
         match &node {
-            Node::Cbs => {}
+            Node::Cbs | Node::Coordinator => {}
             Node::Entity(entity) | Node::Management(entity) => {
                 let right = match (&node, client_sends) {
                     (Node::Entity(_), true) => Some(Right::Send),
@@ -201,6 +211,19 @@ impl Connection {
                 }
             }
         }
+        // A send-via link: the target is the via entity, the destination a link property.
+        let mut via = None;
+        let node = match (&node, client_sends) {
+            (Node::Entity(target), true) => match self.send_via_destination(&attach).await {
+                None => node,
+                Some(Err(e)) => return self.refuse(channel, attach, e),
+                Some(Ok(destination)) => {
+                    via = Some(target.entity.clone());
+                    Node::Entity(destination)
+                }
+            },
+            _ => node,
+        };
         let session = if client_sends { None } else { session_filter(&attach) };
 
         let mut reply = attach.clone();
@@ -227,14 +250,9 @@ impl Connection {
                 _ => None,
             };
             reply.max_message_size = max_message_size.or(Some(u64::from(MAX_FRAME_SIZE)));
-            LinkState::Inbound(InboundLink {
-                node,
-                path,
-                delivery_count: attach.initial_delivery_count.unwrap_or(0),
-                credit: SENDER_CREDIT,
-                in_flight: 0,
-                partial: None,
-            })
+            let mut link = InboundLink::new(node, path, attach.initial_delivery_count.unwrap_or(0));
+            link.via = via;
+            LinkState::Inbound(link)
         } else {
             reply.initial_delivery_count = Some(0);
             reply.max_message_size = None;
@@ -293,7 +311,19 @@ impl Connection {
             LinkState::Inbound(l) => Some(l.delivery_count),
             LinkState::Outbound(_) => None,
         };
+        let entity = match &link {
+            LinkState::Inbound(InboundLink { node: Node::Entity(a), via, .. }) => {
+                Some(via.clone().unwrap_or_else(|| a.entity.clone()))
+            }
+            LinkState::Outbound(OutboundLink {
+                kind: Outbound::Entity { address, .. }, ..
+            }) => Some(address.entity.clone()),
+            _ => None,
+        };
         let session = self.session(channel)?;
+        if let Some(entity) = entity {
+            session.txn.note_link(Some(&entity));
+        }
         session.links.insert(handle, link);
         if let Some(delivery_count) = inbound_count {
             self.write_link_flow(channel, handle, delivery_count, SENDER_CREDIT, false);
@@ -425,6 +455,7 @@ impl Connection {
             .map(node_path)
             .unwrap_or_default();
         let Ok(Node::Entity(address)) = resolve(&path) else { return };
+        let address_entity = address.entity.clone();
         let mut reply = attach.clone();
         reply.role = Role::Sender;
         reply.unsettled = None;
@@ -452,6 +483,7 @@ impl Connection {
         });
         frame::write_performative(&mut self.out, channel, &Performative::Attach(reply));
         if let Some(session) = self.sessions.get_mut(&channel) {
+            session.txn.note_link(Some(&address_entity));
             session.links.insert(handle, link);
         }
     }
@@ -477,6 +509,8 @@ impl Connection {
         let session = self.session(channel)?;
         let session_link = session.links.remove(&handle).is_some_and(|link| is_session_link(&link));
         session.forget_link(handle, session_link);
+        // A coordinator link's undischarged transactions are rolled back.
+        self.roll_back_declared_by(channel, Some(handle));
         let reply = Detach { handle: detach.handle, closed: detach.closed, error: None };
         frame::write_performative(&mut self.out, channel, &Performative::Detach(reply));
         Ok(())
@@ -498,6 +532,9 @@ impl Connection {
             return Ok(());
         };
         let Some(link) = session.links.get_mut(&handle) else { return Ok(()) };
+        if matches!(link, LinkState::Outbound(_)) && transactions::asks_acquisition(&flow) {
+            return self.refuse_acquisition(channel, handle);
+        }
         match link {
             LinkState::Outbound(link) => {
                 let client_count = flow.delivery_count.unwrap_or(link.delivery_count);
@@ -556,7 +593,7 @@ impl Connection {
 }
 
 /// Whether `link` delivers from a session the connection holds.
-fn is_session_link(link: &LinkState) -> bool {
+pub(super) fn is_session_link(link: &LinkState) -> bool {
     matches!(
         link,
         LinkState::Outbound(OutboundLink { kind: Outbound::Entity { receiver, .. }, .. })

@@ -39,6 +39,7 @@ impl Connection {
         path: String,
         address: EntityAddress,
         body: &[u8],
+        txn: Option<fe2o3_amqp_types::primitives::Binary>,
     ) {
         let request = match Request::decode(body) {
             Ok(r) => r,
@@ -66,9 +67,19 @@ impl Connection {
             }
             _ => None,
         };
+        // A request in a transaction (its transfer's transactional-state) adds its work to it.
+        let txn = match txn.map(|id| self.transaction(&id)).transpose() {
+            Ok(txn) => txn,
+            Err(e) => {
+                let payload = encode_error(message_id, Dialect::Management, &e);
+                return self.respond(channel, path, reply_to, payload);
+            }
+        };
+        let in_transaction = txn.is_some();
+        let cx = management::Context { held, txn };
         let broker = self.cx.broker.clone();
-        self.pending.push(Box::pin(async move {
-            let payload = match management::execute(broker, address, request, held).await {
+        let mut request: Pending = Box::pin(async move {
+            let payload = match management::execute(broker, address, request, cx).await {
                 Ok(o) => encode_response(
                     message_id,
                     Dialect::Management,
@@ -80,7 +91,14 @@ impl Connection {
                 Err(e) => encode_error(message_id, Dialect::Management, &e),
             };
             Event::Response { channel, node: path, reply_to, payload }
-        }));
+        });
+        if in_transaction {
+            // Its work reaches the transaction now, before a discharge read after it.
+            if let Some(event) = (&mut request).now_or_never() {
+                return self.pending.push(Box::pin(async move { event }));
+            }
+        }
+        self.pending.push(request);
     }
 
     /// Queues a response on the client's response link for `node`: the link whose target is

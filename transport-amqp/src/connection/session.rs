@@ -29,6 +29,8 @@ pub(super) struct Session {
     /// client had not settled: a disposition for one fails with
     /// `com.microsoft:session-lock-lost` instead of going unanswered.
     pub(super) lost: HashSet<u32>,
+    /// Whether this is a cross-entity session, and its via entity (`transactions.rs`).
+    pub(super) txn: transactions::SessionTxn,
 }
 
 /// At most this many lost deliveries are remembered per session (beyond, the oldest knowledge
@@ -79,6 +81,7 @@ impl Connection {
                 unsettled: HashMap::new(),
                 accepting: HashMap::new(),
                 lost: HashSet::new(),
+                txn: Default::default(),
             },
         );
         let reply = Begin {
@@ -100,6 +103,8 @@ impl Connection {
         // are dropped (a session link's detach releases its session).
         self.start_settles();
         self.sessions.remove(&channel);
+        // What its coordinator links declared and left undischarged is rolled back.
+        self.roll_back_declared_by(channel, None);
         frame::write_performative(&mut self.out, channel, &Performative::End(End { error: None }));
     }
 

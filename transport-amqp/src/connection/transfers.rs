@@ -25,6 +25,8 @@ pub(super) struct Partial {
     pub(super) format: u32,
     pub(super) bytes: BytesMut,
     pub(super) oversize: bool,
+    /// The delivery's state (a transactional state names its transaction).
+    pub(super) state: Option<DeliveryState>,
 }
 
 impl Connection {
@@ -62,9 +64,13 @@ impl Connection {
                 format: transfer.message_format.unwrap_or(0),
                 bytes: BytesMut::new(),
                 oversize: false,
+                state: None,
             },
         };
         let mut partial = partial;
+        if partial.state.is_none() {
+            partial.state = transfer.state;
+        }
         if transfer.more {
             if partial.bytes.len() + payload.len() > MAX_DELIVERY_BYTES {
                 partial.oversize = true;
@@ -90,27 +96,37 @@ impl Connection {
         let delivery_id = partial.delivery_id;
         let settled = partial.settled;
         let oversize = partial.oversize;
+        let txn = transactions::txn_id(partial.state.as_ref());
         match node {
             Node::Entity(address) => {
                 link.in_flight += 1;
-                let result = if oversize {
+                let via = link.via.clone();
+                let messages = if oversize {
                     Err(WireError::new(
                         "amqp:link:message-size-exceeded",
                         413,
                         "the message exceeds the largest delivery ironbus accepts",
                     ))
                 } else {
-                    decode_send(&body, partial.format).and_then(|messages| {
-                        self.cx.broker.start_send(address, messages).map_err(WireError::from)
-                    })
+                    decode_send(&body, partial.format)
                 };
+                if txn.is_some() || via.is_some() {
+                    // In a transaction, or through a send-via link (`transactions.rs`).
+                    let at = (channel, handle, delivery_id, settled);
+                    self.start_special_send(at, address, via, txn, messages);
+                    return Ok(());
+                }
+                let result = messages.and_then(|messages| {
+                    self.cx.broker.start_send(address, messages).map_err(WireError::from)
+                });
                 match result {
                     Ok(future) => self.pending.push(Box::pin(async move {
                         let result = future.await.map(|_| ()).map_err(WireError::from);
-                        Event::Sent { channel, handle, delivery_id, settled, result }
+                        Event::Sent { channel, handle, delivery_id, settled, result, txn: None }
                     })),
                     Err(e) => self.pending.push(Box::pin(async move {
-                        Event::Sent { channel, handle, delivery_id, settled, result: Err(e) }
+                        let result = Err(e);
+                        Event::Sent { channel, handle, delivery_id, settled, result, txn: None }
                     })),
                 }
             }
@@ -121,9 +137,10 @@ impl Connection {
             }
             Node::Management(address) => {
                 self.settle_request(channel, delivery_id, settled);
-                self.on_management_request(channel, path, address, &body);
+                self.on_management_request(channel, path, address, &body, txn);
                 self.top_up(channel, handle);
             }
+            Node::Coordinator => self.on_control(channel, handle, delivery_id, settled, &body),
         }
         Ok(())
     }

@@ -40,8 +40,26 @@ pub(super) async fn execute(
     broker: Broker,
     address: EntityAddress,
     request: &Request,
+    in_transaction: bool,
 ) -> Result<Outcome, WireError> {
     let subscription = subscription(&address)?;
+    if in_transaction && matches!(operation, Operation::AddRule | Operation::RemoveRule) {
+        // Rule changes are not transactional here: they take effect at once. Service Bus
+        // refuses them in a transaction on a partitioned topic (A.4).
+        if let Some(topic) = subscription.parent() {
+            let info = broker.get_entity(&topic).await?;
+            if matches!(&info.description, EntityDescription::Topic(t) if t.enable_partitioning) {
+                return Err(WireError::new(
+                    "amqp:not-allowed",
+                    400,
+                    format!(
+                        "rules of a subscription of partitioned topic {topic} cannot be \
+                         changed in a transaction"
+                    ),
+                ));
+            }
+        }
+    }
     match operation {
         Operation::AddRule => {
             let path = rule_path(&subscription, request)?;

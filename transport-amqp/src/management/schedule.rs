@@ -2,7 +2,7 @@
 //! `x-opt-scheduled-enqueue-time`, answers their sequence numbers.
 
 use fe2o3_amqp_types::primitives::{Array, Value};
-use ironbus_core::{Broker, EntityAddress, SendOutcome};
+use ironbus_core::{Broker, EntityAddress, SendOutcome, Transaction};
 
 use crate::codec;
 use crate::error::WireError;
@@ -15,6 +15,7 @@ pub(super) async fn execute(
     broker: Broker,
     address: EntityAddress,
     request: &Request,
+    txn: Option<&Transaction>,
 ) -> Result<Outcome, WireError> {
     let (Some(Value::List(entries)) | Some(Value::Array(Array(entries)))) =
         request.field("messages").cloned()
@@ -37,6 +38,12 @@ pub(super) async fn execute(
             ));
         }
         messages.push(message);
+    }
+    if let Some(txn) = txn {
+        // Numbered now, stored at commit.
+        let seqs = broker.schedule_in_transaction(txn, &address, messages).await?;
+        let numbers = seqs.into_iter().map(|seq| Value::Long(seq.0)).collect();
+        return Ok(Outcome::ok(Some(map([("sequence-numbers", Value::Array(Array(numbers)))]))));
     }
     let outcomes = broker.schedule(address, messages).await?;
     let numbers = outcomes

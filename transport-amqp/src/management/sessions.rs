@@ -19,7 +19,7 @@ use crate::error::WireError;
 use crate::request::Request;
 
 use super::fields::*;
-use super::{Operation, Outcome};
+use super::{Context, Operation, Outcome};
 
 /// py's "no time given": DateTime.MaxValue in Unix milliseconds — list the sessions with a
 /// message or a state.
@@ -30,8 +30,9 @@ pub(super) async fn execute(
     broker: Broker,
     address: EntityAddress,
     request: &Request,
-    held: Option<Arc<SessionReceiver>>,
+    cx: &Context,
 ) -> Result<Outcome, WireError> {
+    let held: Option<&Arc<SessionReceiver>> = cx.held.as_ref();
     match operation {
         Operation::RenewSessionLock => {
             session_id(request)?;
@@ -55,7 +56,17 @@ pub(super) async fn execute(
                     return Err(WireError::bad_request("session-state must be binary or null"))
                 }
             };
-            held.ok_or(SessionError::LockLost)?.set_state(state).await?;
+            let held = held.ok_or(SessionError::LockLost)?;
+            match &cx.txn {
+                // Set at commit (the session stays held by this connection meanwhile).
+                Some(txn) => broker.set_session_state_in_transaction(
+                    txn,
+                    &address,
+                    held.session_id(),
+                    state,
+                )?,
+                None => held.set_state(state).await?,
+            }
             Ok(Outcome::ok(None))
         }
         Operation::GetMessageSessions => {

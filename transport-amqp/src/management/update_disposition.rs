@@ -4,7 +4,7 @@
 use fe2o3_amqp_types::primitives::Value;
 use ironbus_core::{
     ApplicationProperties, Broker, BrokerError, Disposition, EntityAddress, EntityDescription,
-    LockToken, SessionError, SubQueue,
+    LockToken, SessionError, SubQueue, Transaction,
 };
 
 use crate::error::WireError;
@@ -17,6 +17,7 @@ pub(super) async fn execute(
     broker: Broker,
     address: EntityAddress,
     request: &Request,
+    txn: Option<&Transaction>,
 ) -> Result<Outcome, WireError> {
     let status = match request.field("disposition-status") {
         Some(Value::String(s)) => s.clone(),
@@ -44,7 +45,21 @@ pub(super) async fn execute(
             return Err(WireError::bad_request(format!("unknown disposition-status {other:?}")))
         }
     };
-    for token in uuid_list(request, "lock-tokens")? {
+    let tokens = uuid_list(request, "lock-tokens")?;
+    if let Some(txn) = txn {
+        // Applied at commit; the messages stay locked until then.
+        for token in tokens {
+            broker.settle_in_transaction(
+                txn,
+                &address,
+                None,
+                LockToken(token),
+                disposition.clone(),
+            )?;
+        }
+        return Ok(Outcome::ok(None));
+    }
+    for token in tokens {
         match broker.settle(address.clone(), LockToken(token), disposition.clone()).await {
             Ok(()) => {}
             // A session message's lock is its session's: on a session entity, a lost lock is

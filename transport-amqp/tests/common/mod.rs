@@ -15,6 +15,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 /// A broker on a fresh memory store with a manual clock.
+#[allow(dead_code, reason = "not every test binary uses it")]
 pub async fn memory_broker() -> Broker {
     Broker::open(
         Arc::new(MemoryStore::new()),
