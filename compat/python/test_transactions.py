@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 
 import pytest
 from azure.servicebus import ServiceBusMessage
-from proton import Message, symbol
+from proton import Delivery, Link, Message, symbol
 from proton.handlers import MessagingHandler, TransactionHandler
 from proton.reactor import ApplicationEvent, Container, EventInjector, LinkOption
 
@@ -56,9 +56,19 @@ class TxnClient(MessagingHandler, TransactionHandler):
         self.connection = None
         self.container = Container(self)
         self.container.selectable(self.injector)
-        self.thread = threading.Thread(target=self.container.run, daemon=True)
+        self.failure = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
         self._wait(self.opened, "the connection to open")
+
+    def _run(self):
+        try:
+            self.container.run()
+        except Exception as error:  # surfaced to the test's thread by `_wait`
+            self.failure = error
+            for _, answers in list(self.waiting.values()):
+                answers.put(error)
+            self.opened.put(error)
 
     # ---- the test's side ----
 
@@ -72,6 +82,8 @@ class TxnClient(MessagingHandler, TransactionHandler):
         return answer
 
     def call(self, what: str, fn):
+        if self.failure is not None:
+            raise AssertionError(f"the Proton reactor failed: {self.failure!r}")
         answers: "queue.Queue" = queue.Queue()
         self.calls.put((fn, answers))
         self.injector.trigger(ApplicationEvent("call"))
@@ -109,7 +121,22 @@ class TxnClient(MessagingHandler, TransactionHandler):
         return self.call("a delivery", start)
 
     def accept(self, delivery, txn):
-        self.call("an accept", lambda a: (txn.accept(delivery), a.put(None)))
+        def start(answers):
+            txn.accept(delivery)
+            # Proton releases what an aborted transaction accepted (a client's choice); these
+            # tests ask what the broker keeps, so the client keeps its hands off.
+            txn._pending.clear()
+            answers.put(None)
+        self.call("an accept", start)
+
+    def settle(self, delivery):
+        """Accepts and settles a delivery outside any transaction."""
+        def start(answers):
+            delivery.local.data = None
+            delivery.update(Delivery.ACCEPTED)
+            delivery.settle()
+            answers.put(None)
+        self.call("a plain accept", start)
 
     def discharge(self, txn, commit: bool):
         """``committed``, ``aborted`` or ``commit-failed``."""
@@ -125,7 +152,8 @@ class TxnClient(MessagingHandler, TransactionHandler):
         return self.call("a discharge of an unknown id", start)
 
     def close(self):
-        if self.connection is None:
+        if self.connection is None or self.failure is not None:
+            self.container.stop()
             return
         self.call("the close", lambda a: (self.connection.close(), a.put(None)))
         self.connection = None
@@ -134,11 +162,21 @@ class TxnClient(MessagingHandler, TransactionHandler):
 
     # ---- the reactor's side ----
 
+    @staticmethod
+    def _key(thing):
+        # Proton hands out fresh wrapper objects for the same link or delivery: key those by
+        # what names them; transactions are plain Python objects.
+        if isinstance(thing, Delivery):
+            return ("delivery", thing.link.name, repr(thing.tag))
+        if isinstance(thing, Link):
+            return ("link", thing.name)
+        return ("object", id(thing))
+
     def _expect(self, key, answers):
-        self.waiting[id(key)] = (key, answers)
+        self.waiting[self._key(key)] = (key, answers)
 
     def _answer(self, key, value):
-        entry = self.waiting.pop(id(key), None)
+        entry = self.waiting.pop(self._key(key), None)
         if entry is not None:
             entry[1].put(value)
 
@@ -158,9 +196,7 @@ class TxnClient(MessagingHandler, TransactionHandler):
         fn(answers)
 
     def on_link_opened(self, event):
-        link = event.link
-        if link.remote_target is not None or link.remote_source is not None:
-            self._answer(link, link)
+        self._answer(event.link, event.link)
 
     def on_link_error(self, event):
         self._answer(event.link, AssertionError(f"link refused: {event.link.remote_condition}"))
@@ -169,12 +205,16 @@ class TxnClient(MessagingHandler, TransactionHandler):
         self._answer(event.receiver, (event.delivery, event.message))
 
     def on_settled(self, event):
-        d = event.delivery
-        self._answer(d, (d.remote_state, d.remote.data, d.remote.condition))
+        self._outcome(event.delivery)
 
     def on_rejected(self, event):
-        d = event.delivery
-        self._answer(d, (d.remote_state, d.remote.data, d.remote.condition))
+        self._outcome(event.delivery)
+
+    def _outcome(self, d):
+        # Only our sends wait for an outcome (received deliveries have binary tags, which
+        # Proton's `tag` cannot show as text).
+        if d.link.is_sender:
+            self._answer(d, (d.remote_state, d.remote.data, d.remote.condition))
 
     def on_transaction_declared(self, event):
         self._answer(event.transaction, event.transaction)
@@ -258,12 +298,13 @@ def test_an_accept_in_a_rolled_back_transaction_leaves_the_message_locked(
     assert proton.discharge(txn, commit=False) == "aborted"
     with client.get_queue_receiver(q) as sdk:
         assert receive_none(sdk) == [], "still locked by the Proton receiver after the rollback"
-    # The same delivery is accepted again, in a transaction that commits.
-    txn = proton.declare()
-    proton.accept(delivery, txn)
-    assert proton.discharge(txn, commit=True) == "committed"
+    # The same delivery completes again. (Outside a transaction: Proton 0.40 encodes a second
+    # transactional disposition of one delivery wrongly — a list that claims more items than
+    # it has — which the broker refuses as a decode error. transport-amqp's raw-frame tests
+    # settle a delivery again in a transaction that commits.)
+    proton.settle(delivery)
     with client.get_queue_receiver(q) as sdk:
-        assert peek_all(sdk) == [], "completed by the commit"
+        assert peek_all(sdk) == [], "completed by the plain accept after the rollback"
 
 
 def test_receive_send_via_and_complete_commit_together(proton, fresh_queues, client):

@@ -413,9 +413,21 @@ impl Raw {
         txn_id: &Binary,
         fail: bool,
     ) -> DeliveryState {
+        self.write_discharge(channel, handle, id, txn_id, fail).await;
+        self.outcome(channel, id).await
+    }
+
+    /// Sends a discharge without waiting for its outcome.
+    async fn write_discharge(
+        &mut self,
+        channel: u16,
+        handle: u32,
+        id: u32,
+        txn_id: &Binary,
+        fail: bool,
+    ) {
         let discharge = Discharge { txn_id: txn_id.clone(), fail: Some(fail) };
         self.transfer(channel, handle, id, false, None, value(discharge)).await;
-        self.outcome(channel, id).await
     }
 }
 
@@ -808,6 +820,62 @@ async fn a_delivery_settled_in_a_rolled_back_transaction_settles_again_on_its_li
     raw.frame(0, dispose(transactional(&txn, Some(Outcome::Accepted(Accepted {}))))).await;
     let rolled_back = raw.discharge(0, 0, 1, &txn, true).await;
     assert!(matches!(rolled_back, DeliveryState::Accepted(_)), "{rolled_back:?}");
+    let (_, echo, _) = raw
+        .expect(|_, p| matches!(p, Performative::Disposition(d) if d.role == Role::Sender))
+        .await;
+    let Performative::Disposition(echo) = echo else { unreachable!() };
+    assert_eq!(echo.state, transactional(&txn, Some(Outcome::Accepted(Accepted {}))));
+    assert!(!echo.settled, "the answer leaves the delivery open until the commit: {echo:?}");
+    assert_eq!(peek(&broker, "q1").await, ["m"]);
+
+    // Again in a transaction that commits: the commit settles the delivery.
+    let txn = raw.declare(0, 0, 2).await;
+    raw.frame(0, dispose(transactional(&txn, Some(Outcome::Accepted(Accepted {}))))).await;
+    let (_, echo, _) = raw
+        .expect(|_, p| matches!(p, Performative::Disposition(d) if d.role == Role::Sender))
+        .await;
+    let Performative::Disposition(echo) = echo else { unreachable!() };
+    assert!(!echo.settled, "{echo:?}");
+    raw.write_discharge(0, 0, 3, &txn, false).await;
+    let (_, settled, _) = raw
+        .expect(|_, p| {
+            matches!(p, Performative::Disposition(d)
+                if d.role == Role::Sender && d.first == received && d.settled)
+        })
+        .await;
+    assert!(matches!(settled, Performative::Disposition(_)));
+    assert!(matches!(raw.outcome(0, 3).await, DeliveryState::Accepted(_)));
+    assert!(peek(&broker, "q1").await.is_empty(), "completed by the commit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_settled_in_a_rolled_back_transaction_settles_again_outside_one() {
+    let (broker, _clock, _url, addr, _trigger) = start().await;
+    broker.send("q1", vec![ironbus_core::Message::new("m")]).await.unwrap();
+    let mut raw = Raw::connect(&addr).await;
+    raw.begin(0).await;
+    raw.coordinator(0, 0, vec![]).await;
+    raw.attach(0, link_attach(1, Role::Receiver, "q1", Some("receiver"))).await;
+    raw.write(flow(0, 1, 1)).await;
+    let (_, transfer, _) =
+        raw.expect(|_, p| matches!(p, Performative::Transfer(t) if t.handle.0 == 1)).await;
+    let Performative::Transfer(transfer) = transfer else { unreachable!() };
+    let received = transfer.delivery_id.unwrap();
+    let dispose = |state| {
+        Performative::Disposition(Disposition {
+            role: Role::Receiver,
+            first: received,
+            last: None,
+            settled: false,
+            state,
+            batchable: false,
+        })
+    };
+    let txn = raw.declare(0, 0, 0).await;
+    raw.frame(0, dispose(transactional(&txn, Some(Outcome::Accepted(Accepted {}))))).await;
+    let rolled_back = raw.discharge(0, 0, 1, &txn, true).await;
+    assert!(matches!(rolled_back, DeliveryState::Accepted(_)), "{rolled_back:?}");
+
     let (_, echo, _) = raw
         .expect(|_, p| matches!(p, Performative::Disposition(d) if d.role == Role::Sender))
         .await;

@@ -63,10 +63,9 @@ struct Open {
     /// The coordinator link that declared it.
     channel: u16,
     handle: u32,
-    /// Our deliveries settled in it on receiver links (channel, delivery id, lock token):
-    /// forgotten once the commit applied them; kept after a rollback, so that the same
-    /// delivery can be settled again.
-    settled: Vec<(u16, u32, LockToken)>,
+    /// Our deliveries settled in it on receiver links: forgotten once the commit applied
+    /// them; kept after a rollback, so that the same delivery can be settled again.
+    settled: Vec<SettledIn>,
 }
 
 impl Transactions {
@@ -134,6 +133,17 @@ impl SessionTxn {
     }
 }
 
+/// A delivery of ours settled in a transaction.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SettledIn {
+    channel: u16,
+    delivery_id: u32,
+    token: LockToken,
+    /// The client left it unsettled: the commit settles it (our answer to the transactional
+    /// disposition kept it open, so that after a rollback the client can settle it again).
+    owed: bool,
+}
+
 /// The answer of a discharge.
 pub(super) struct Discharged {
     channel: u16,
@@ -141,7 +151,7 @@ pub(super) struct Discharged {
     settled: bool,
     result: Result<(), WireError>,
     /// Deliveries the transaction settled: forgotten if it committed.
-    forget: Vec<(u16, u32, LockToken)>,
+    forget: Vec<SettledIn>,
 }
 
 /// Whether a flow asks for transactional acquisition (AMQP 1.0 §4.4.3: `txn-id` in its
@@ -392,10 +402,24 @@ impl Connection {
     pub(super) fn on_discharged(&mut self, discharged: Discharged) {
         let Discharged { channel, delivery_id, settled, result, forget } = discharged;
         if result.is_ok() {
-            for (ch, id, token) in forget {
-                if let Some(session) = self.sessions.get_mut(&ch) {
-                    if session.unsettled.get(&id).is_some_and(|u| u.token == token) {
-                        session.unsettled.remove(&id);
+            for SettledIn { channel: ch, delivery_id: id, token, owed } in forget {
+                let Some(session) = self.sessions.get_mut(&ch) else { continue };
+                if session.unsettled.get(&id).is_some_and(|u| u.token == token) {
+                    session.unsettled.remove(&id);
+                    if owed {
+                        let disposition = Disposition {
+                            role: Role::Sender,
+                            first: id,
+                            last: None,
+                            settled: true,
+                            state: None,
+                            batchable: false,
+                        };
+                        frame::write_performative(
+                            &mut self.out,
+                            ch,
+                            &Performative::Disposition(disposition),
+                        );
                     }
                 }
             }
@@ -571,7 +595,13 @@ impl Connection {
             });
             if result.is_ok() {
                 if let Some(open) = self.txns.open.get_mut(&id) {
-                    open.settled.push((channel, *delivery_id, token));
+                    let owed = !settled;
+                    open.settled.push(SettledIn {
+                        channel,
+                        delivery_id: *delivery_id,
+                        token,
+                        owed,
+                    });
                 }
             }
             if settled {
@@ -584,11 +614,14 @@ impl Connection {
                 }),
                 Err(e) => DeliveryState::Rejected(Rejected { error: Some(e.to_amqp()) }),
             };
+            // Answered at once (.NET waits for the outcome before it commits), but left
+            // unsettled until the commit: after a rollback the same delivery settles again.
+            let refused = matches!(state, DeliveryState::Rejected(_));
             let disposition = Disposition {
                 role: Role::Sender,
                 first: *delivery_id,
                 last: None,
-                settled: true,
+                settled: refused,
                 state: Some(state),
                 batchable: false,
             };
