@@ -372,7 +372,8 @@ fn config_json() -> Value {
     queues.push(queue(RUST_QUEUE.to_owned(), &[]));
     queues.push(queue(RUST_REST_QUEUE.to_owned(), &[]));
     for name in RUST_TXN_QUEUES {
-        queues.push(queue(name.to_owned(), &[]));
+        // A short lock: a completion a commit failed to make shows within the test.
+        queues.push(queue(name.to_owned(), &[("LockDuration", Prop::Str("PT5S"))]));
     }
     json!({
         "UserConfig": {
