@@ -429,7 +429,9 @@ impl Driver {
             .args(["--address", QUEUE])
             .args(match options.scenario.as_str() {
                 "forward" => vec!["--receive-from", CHAIN[1]],
-                "transaction" => vec!["--transfer-to", OUT],
+                // One transaction per message and worker: producers at a pace workers keep up
+                // with, so that the drain ends in time.
+                "transaction" => vec!["--transfer-to", OUT, "--rate", "25"],
                 _ => vec![],
             })
             .arg("--producers")

@@ -80,6 +80,10 @@ pub(crate) struct Options {
     #[arg(long, value_name = "ADDRESS")]
     pub transfer_to: Option<String>,
 
+    /// Messages per second each producer sends at most (0: as fast as acknowledgements come)
+    #[arg(long, default_value_t = 0)]
+    pub rate: u32,
+
     /// Transactional workers (with `--transfer-to`)
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub workers: u32,

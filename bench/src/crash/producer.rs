@@ -139,6 +139,10 @@ impl Producer {
                         () = crate::closed(&link.connection) => bail!("the connection closed"),
                     };
                     in_flight.push(async move { (n, timeout(OUTCOME_TIMEOUT, delivery).await) });
+                    if options.rate > 0 {
+                        tokio::time::sleep(Duration::from_secs_f64(1.0 / f64::from(options.rate)))
+                            .await;
+                    }
                 }
                 _ => {
                     tokio::select! {
