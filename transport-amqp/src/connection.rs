@@ -39,11 +39,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use fe2o3_amqp_types::definitions::{
-    ConnectionError, Error as AmqpErrorValue, ErrorCondition, Role,
-};
+use fe2o3_amqp_types::definitions::{ConnectionError, Error as AmqpErrorValue, ErrorCondition};
 use fe2o3_amqp_types::messaging::{DeliveryState, Rejected};
-use fe2o3_amqp_types::performatives::{Close, Disposition, Open, Performative};
+use fe2o3_amqp_types::performatives::{Close, Open, Performative};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use ironbus_core::auth::Authorizer;
@@ -749,19 +747,7 @@ impl Connection {
                         Err(e) => DeliveryState::Rejected(Rejected { error: Some(e.to_amqp()) }),
                     };
                     if self.sessions.contains_key(&channel) {
-                        let disposition = Disposition {
-                            role: Role::Sender,
-                            first: delivery_id,
-                            last: None,
-                            settled: true,
-                            state: Some(state),
-                            batchable: false,
-                        };
-                        frame::write_performative(
-                            &mut self.out,
-                            channel,
-                            &Performative::Disposition(disposition),
-                        );
+                        self.write_delivery_state(channel, delivery_id, true, Some(state));
                     }
                 }
             }

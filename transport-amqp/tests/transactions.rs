@@ -791,11 +791,11 @@ async fn a_send_via_link_sends_through_its_target_to_the_destination() {
     assert!(reply.target.is_none(), "{reply:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delivery_settled_in_a_rolled_back_transaction_settles_again_on_its_link() {
-    let (broker, _clock, _url, addr, _trigger) = start().await;
+/// A connection with a coordinator (handle 0) and a receiver on q1 (handle 1) that got one
+/// message, "m", sent to q1 first; and that delivery's id.
+async fn receive_one(broker: &Broker, addr: &str) -> (Raw, u32) {
     broker.send("q1", vec![ironbus_core::Message::new("m")]).await.unwrap();
-    let mut raw = Raw::connect(&addr).await;
+    let mut raw = Raw::connect(addr).await;
     raw.begin(0).await;
     raw.coordinator(0, 0, vec![]).await;
     raw.attach(0, link_attach(1, Role::Receiver, "q1", Some("receiver"))).await;
@@ -803,17 +803,26 @@ async fn a_delivery_settled_in_a_rolled_back_transaction_settles_again_on_its_li
     let (_, transfer, _) =
         raw.expect(|_, p| matches!(p, Performative::Transfer(t) if t.handle.0 == 1)).await;
     let Performative::Transfer(transfer) = transfer else { unreachable!() };
-    let received = transfer.delivery_id.unwrap();
-    let dispose = |state| {
-        Performative::Disposition(Disposition {
-            role: Role::Receiver,
-            first: received,
-            last: None,
-            settled: false,
-            state,
-            batchable: false,
-        })
-    };
+    (raw, transfer.delivery_id.unwrap())
+}
+
+/// The client's unsettled disposition of our delivery `first`.
+fn unsettled_disposition(first: u32, state: Option<DeliveryState>) -> Performative {
+    Performative::Disposition(Disposition {
+        role: Role::Receiver,
+        first,
+        last: None,
+        settled: false,
+        state,
+        batchable: false,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_settled_in_a_rolled_back_transaction_settles_again_on_its_link() {
+    let (broker, _clock, _url, addr, _trigger) = start().await;
+    let (mut raw, received) = receive_one(&broker, &addr).await;
+    let dispose = |state| unsettled_disposition(received, state);
 
     let txn = raw.declare(0, 0, 0).await;
     // Completed in a transaction that is rolled back.
@@ -851,26 +860,8 @@ async fn a_delivery_settled_in_a_rolled_back_transaction_settles_again_on_its_li
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_settled_in_a_rolled_back_transaction_settles_again_outside_one() {
     let (broker, _clock, _url, addr, _trigger) = start().await;
-    broker.send("q1", vec![ironbus_core::Message::new("m")]).await.unwrap();
-    let mut raw = Raw::connect(&addr).await;
-    raw.begin(0).await;
-    raw.coordinator(0, 0, vec![]).await;
-    raw.attach(0, link_attach(1, Role::Receiver, "q1", Some("receiver"))).await;
-    raw.write(flow(0, 1, 1)).await;
-    let (_, transfer, _) =
-        raw.expect(|_, p| matches!(p, Performative::Transfer(t) if t.handle.0 == 1)).await;
-    let Performative::Transfer(transfer) = transfer else { unreachable!() };
-    let received = transfer.delivery_id.unwrap();
-    let dispose = |state| {
-        Performative::Disposition(Disposition {
-            role: Role::Receiver,
-            first: received,
-            last: None,
-            settled: false,
-            state,
-            batchable: false,
-        })
-    };
+    let (mut raw, received) = receive_one(&broker, &addr).await;
+    let dispose = |state| unsettled_disposition(received, state);
     let txn = raw.declare(0, 0, 0).await;
     raw.frame(0, dispose(transactional(&txn, Some(Outcome::Accepted(Accepted {}))))).await;
     let rolled_back = raw.discharge(0, 0, 1, &txn, true).await;

@@ -756,8 +756,12 @@ mod tests {
         assert_eq!(namespace["Name"], NAMESPACE);
         let queues = namespace["Queues"].as_array().unwrap();
         let prefixed = SUITES.iter().filter(|suite| suite.prefix.is_some()).count();
-        assert_eq!(queues.len(), QUEUES.len() * prefixed + 2);
+        assert_eq!(queues.len(), QUEUES.len() * prefixed + 2 + RUST_TXN_QUEUES.len());
         assert!(queues.iter().any(|q| q["Name"] == RUST_QUEUE));
+        for name in RUST_TXN_QUEUES {
+            let txn = queues.iter().find(|q| q["Name"] == name).unwrap();
+            assert_eq!(txn["Properties"]["LockDuration"], "PT5S");
+        }
         let names: BTreeSet<&str> = queues.iter().map(|q| q["Name"].as_str().unwrap()).collect();
         assert_eq!(names.len(), queues.len(), "queue names are unique");
         for queue in queues {

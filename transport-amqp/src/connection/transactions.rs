@@ -21,7 +21,7 @@ use fe2o3_amqp_types::definitions::Role;
 use fe2o3_amqp_types::messaging::{
     Accepted, DeliveryState, Outcome, Rejected, Released, TargetArchetype,
 };
-use fe2o3_amqp_types::performatives::{Attach, Disposition, Performative};
+use fe2o3_amqp_types::performatives::{Attach, Performative};
 use fe2o3_amqp_types::primitives::{Array, Binary, Value};
 use fe2o3_amqp_types::transaction::{Coordinator, Declared, TransactionalState, TxnCapability};
 use futures_util::FutureExt;
@@ -407,19 +407,7 @@ impl Connection {
                 if session.unsettled.get(&id).is_some_and(|u| u.token == token) {
                     session.unsettled.remove(&id);
                     if owed {
-                        let disposition = Disposition {
-                            role: Role::Sender,
-                            first: id,
-                            last: None,
-                            settled: true,
-                            state: None,
-                            batchable: false,
-                        };
-                        frame::write_performative(
-                            &mut self.out,
-                            ch,
-                            &Performative::Disposition(disposition),
-                        );
+                        self.write_delivery_state(ch, id, true, None);
                     }
                 }
             }
@@ -617,19 +605,7 @@ impl Connection {
             // Answered at once (.NET waits for the outcome before it commits), but left
             // unsettled until the commit: after a rollback the same delivery settles again.
             let refused = matches!(state, DeliveryState::Rejected(_));
-            let disposition = Disposition {
-                role: Role::Sender,
-                first: *delivery_id,
-                last: None,
-                settled: refused,
-                state: Some(state),
-                batchable: false,
-            };
-            frame::write_performative(
-                &mut self.out,
-                channel,
-                &Performative::Disposition(disposition),
-            );
+            self.write_delivery_state(channel, *delivery_id, refused, Some(state));
         }
         true
     }

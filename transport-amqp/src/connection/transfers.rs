@@ -189,6 +189,26 @@ impl Connection {
         };
         frame::write_performative(&mut self.out, channel, &Performative::Disposition(disposition));
     }
+
+    /// A disposition of one of our deliveries (we are its sender): its state and whether we
+    /// settle it.
+    pub(super) fn write_delivery_state(
+        &mut self,
+        channel: u16,
+        delivery_id: u32,
+        settled: bool,
+        state: Option<DeliveryState>,
+    ) {
+        let disposition = Disposition {
+            role: Role::Sender,
+            first: delivery_id,
+            last: None,
+            settled,
+            state,
+            batchable: false,
+        };
+        frame::write_performative(&mut self.out, channel, &Performative::Disposition(disposition));
+    }
 }
 
 /// Decodes what a client sent: one message, or a batch (format 0x80013700).
