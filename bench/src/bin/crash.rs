@@ -228,6 +228,40 @@ impl Shared {
     }
 }
 
+/// A consumer of the run (a plain one, or a transactional worker): it works one connection at
+/// a time.
+pub(crate) trait Connected {
+    /// The name of its `connection`-th connection.
+    fn name(&self, connection: u64) -> String;
+
+    /// One connection's life. `Ok` when the run is done; `Err` on any failure.
+    async fn connected(&self, shared: &Shared, name: &str, backoff: &mut Backoff) -> Result<()>;
+}
+
+/// Runs `consumer` until the run is done (or aborted), reconnecting with backoff after each
+/// failure.
+pub(crate) async fn reconnecting<C: Connected>(consumer: C, shared: Arc<Shared>) -> Result<()> {
+    let mut phase = shared.phase.subscribe();
+    let mut backoff = Backoff::default();
+    let mut connection = 0u64;
+    loop {
+        match *phase.borrow_and_update() {
+            Phase::Done => return Ok(()),
+            Phase::Aborted => return Err(anyhow!("aborted")),
+            _ => {}
+        }
+        connection += 1;
+        let name = consumer.name(connection);
+        match consumer.connected(&shared, &name, &mut backoff).await {
+            Ok(()) => return Ok(()),
+            Err(err) => {
+                let stop = |p: &Phase| matches!(p, Phase::Done | Phase::Aborted);
+                shared.pause_before_reconnecting(&name, &err, &mut backoff, &mut phase, stop).await;
+            }
+        }
+    }
+}
+
 /// Resolves once `connection`'s event loop has stopped (the broker went away). fe2o3-amqp leaves
 /// outstanding outcomes pending when the socket dies, so this is watched beside them.
 pub(crate) async fn closed(connection: &fe2o3_amqp::connection::ConnectionHandle<()>) {
@@ -372,12 +406,12 @@ async fn execute(shared: &Arc<Shared>) -> Result<()> {
     );
     let mut consumers = JoinSet::new();
     for index in 0..options.consumers {
-        consumers.spawn(Consumer::new(index).run(Arc::clone(shared)));
+        consumers.spawn(reconnecting(Consumer::new(index), Arc::clone(shared)));
     }
     if options.transfer_to.is_some() {
         // Workers count as consumers for the drain: the quiet period needs them attached.
         for index in 0..options.workers {
-            consumers.spawn(Worker::new(index).run(Arc::clone(shared)));
+            consumers.spawn(reconnecting(Worker::new(index), Arc::clone(shared)));
         }
     }
     let mut producers = JoinSet::new();

@@ -6,7 +6,7 @@
 //! Invariant: the ledger hears of every delivery before its completion is requested, and of a
 //! completion's confirmation only after the broker's answer.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use fe2o3_amqp::{
@@ -40,31 +40,11 @@ impl Consumer {
     pub(crate) fn new(index: u32) -> Consumer {
         Consumer { index }
     }
+}
 
-    /// Receives and completes until the run is done (or aborted), reconnecting as needed.
-    pub(crate) async fn run(self, shared: Arc<Shared>) -> Result<()> {
-        let mut phase = shared.phase.subscribe();
-        let mut backoff = crate::Backoff::default();
-        let mut connection = 0u64;
-        loop {
-            match *phase.borrow_and_update() {
-                Phase::Done => return Ok(()),
-                Phase::Aborted => bail!("aborted"),
-                _ => {}
-            }
-            connection += 1;
-            let name = format!("crash-c{}-{connection}", self.index);
-            let outcome = self.connected(&shared, &name, &mut backoff).await;
-            match outcome {
-                Ok(()) => return Ok(()),
-                Err(err) => {
-                    let stop = |p: &Phase| matches!(p, Phase::Done | Phase::Aborted);
-                    shared
-                        .pause_before_reconnecting(&name, &err, &mut backoff, &mut phase, stop)
-                        .await;
-                }
-            }
-        }
+impl crate::Connected for Consumer {
+    fn name(&self, connection: u64) -> String {
+        format!("crash-c{}-{connection}", self.index)
     }
 
     /// One connection's life. `Ok` when the run is done; `Err` on any failure.

@@ -13,7 +13,7 @@
 //! doubt: the verdict's pairing check (each acknowledged seed yields exactly one `a` and one
 //! `b` at the destination) decides whether the broker kept it whole.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use fe2o3_amqp::{
@@ -49,30 +49,11 @@ impl Worker {
     pub(crate) fn new(index: u32) -> Worker {
         Worker { index }
     }
+}
 
-    /// Works until the run is done (or aborted), reconnecting as needed.
-    pub(crate) async fn run(self, shared: Arc<Shared>) -> Result<()> {
-        let mut phase = shared.phase.subscribe();
-        let mut backoff = crate::Backoff::default();
-        let mut connection = 0u64;
-        loop {
-            match *phase.borrow_and_update() {
-                Phase::Done => return Ok(()),
-                Phase::Aborted => bail!("aborted"),
-                _ => {}
-            }
-            connection += 1;
-            let name = format!("crash-w{}-{connection}", self.index);
-            match self.connected(&shared, &name, &mut backoff).await {
-                Ok(()) => return Ok(()),
-                Err(err) => {
-                    let stop = |p: &Phase| matches!(p, Phase::Done | Phase::Aborted);
-                    shared
-                        .pause_before_reconnecting(&name, &err, &mut backoff, &mut phase, stop)
-                        .await;
-                }
-            }
-        }
+impl crate::Connected for Worker {
+    fn name(&self, connection: u64) -> String {
+        format!("crash-w{}-{connection}", self.index)
     }
 
     /// One connection's life. `Ok` when the run is done; `Err` on any failure.
