@@ -818,23 +818,30 @@ fn unsettled_disposition(first: u32, state: Option<DeliveryState>) -> Performati
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delivery_settled_in_a_rolled_back_transaction_settles_again_on_its_link() {
-    let (broker, _clock, _url, addr, _trigger) = start().await;
-    let (mut raw, received) = receive_one(&broker, &addr).await;
-    let dispose = |state| unsettled_disposition(received, state);
-
+/// Completes delivery `received` in a transaction (declared with delivery id 0 on the
+/// coordinator, handle 0) that is then rolled back (delivery id 1); checks that our answer to
+/// the transactional disposition echoes it and leaves the delivery unsettled.
+async fn completed_and_rolled_back(raw: &mut Raw, received: u32) {
     let txn = raw.declare(0, 0, 0).await;
-    // Completed in a transaction that is rolled back.
-    raw.frame(0, dispose(transactional(&txn, Some(Outcome::Accepted(Accepted {}))))).await;
+    let completed = transactional(&txn, Some(Outcome::Accepted(Accepted {})));
+    raw.frame(0, unsettled_disposition(received, completed.clone())).await;
     let rolled_back = raw.discharge(0, 0, 1, &txn, true).await;
     assert!(matches!(rolled_back, DeliveryState::Accepted(_)), "{rolled_back:?}");
     let (_, echo, _) = raw
         .expect(|_, p| matches!(p, Performative::Disposition(d) if d.role == Role::Sender))
         .await;
     let Performative::Disposition(echo) = echo else { unreachable!() };
-    assert_eq!(echo.state, transactional(&txn, Some(Outcome::Accepted(Accepted {}))));
+    assert_eq!(echo.state, completed);
     assert!(!echo.settled, "the answer leaves the delivery open until the commit: {echo:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_settled_in_a_rolled_back_transaction_settles_again_on_its_link() {
+    let (broker, _clock, _url, addr, _trigger) = start().await;
+    let (mut raw, received) = receive_one(&broker, &addr).await;
+    let dispose = |state| unsettled_disposition(received, state);
+
+    completed_and_rolled_back(&mut raw, received).await;
     assert_eq!(peek(&broker, "q1").await, ["m"]);
 
     // Again in a transaction that commits: the commit settles the delivery.
@@ -862,16 +869,7 @@ async fn a_delivery_settled_in_a_rolled_back_transaction_settles_again_outside_o
     let (broker, _clock, _url, addr, _trigger) = start().await;
     let (mut raw, received) = receive_one(&broker, &addr).await;
     let dispose = |state| unsettled_disposition(received, state);
-    let txn = raw.declare(0, 0, 0).await;
-    raw.frame(0, dispose(transactional(&txn, Some(Outcome::Accepted(Accepted {}))))).await;
-    let rolled_back = raw.discharge(0, 0, 1, &txn, true).await;
-    assert!(matches!(rolled_back, DeliveryState::Accepted(_)), "{rolled_back:?}");
-
-    let (_, echo, _) = raw
-        .expect(|_, p| matches!(p, Performative::Disposition(d) if d.role == Role::Sender))
-        .await;
-    let Performative::Disposition(echo) = echo else { unreachable!() };
-    assert_eq!(echo.state, transactional(&txn, Some(Outcome::Accepted(Accepted {}))));
+    completed_and_rolled_back(&mut raw, received).await;
     assert_eq!(peek(&broker, "q1").await, ["m"]);
 
     // The same delivery, settled again on the link outside any transaction.
