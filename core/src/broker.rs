@@ -779,19 +779,7 @@ impl Broker {
         let address = address.into();
         let (entity, incoming) = self.check_send(&address, &messages)?;
         let description = entity.description();
-        // What is stored, plus what earlier sends have queued and not yet stored (a transport
-        // pipelines a link's sends): each send reserves its bytes until it is answered.
-        let stored: u64 = entity.partitions.iter().map(|p| p.shared.size_bytes()).sum();
-        let limit = description.max_size_in_megabytes.saturating_mul(1024 * 1024);
-        let pending = entity.pending_bytes.fetch_add(incoming, Ordering::AcqRel);
-        let reservation = Reservation { entity: entity.clone(), bytes: incoming };
-        if stored + pending + incoming > limit {
-            let used = stored + pending;
-            return Err(BrokerError::QuotaExceeded(format!(
-                "{} is full: {used} of {limit} bytes used",
-                entity.path
-            )));
-        }
+        let reservation = Reservation::take(&entity, incoming)?;
 
         // One call is one atomic write to one partition. On a partitioned entity every message
         // that names a partition key (SessionId or PartitionKey) must name the same one, as in a
@@ -1125,6 +1113,26 @@ impl Broker {
 struct Reservation {
     entity: Arc<EntityHandle>,
     bytes: u64,
+}
+
+impl Reservation {
+    /// Reserves `incoming` bytes of `entity`'s size, or refuses them with QuotaExceeded: what
+    /// is stored, plus what earlier sends have queued and not yet stored (a transport pipelines
+    /// a link's sends), must leave room. The bytes stay reserved until the reservation drops.
+    fn take(entity: &Arc<EntityHandle>, incoming: u64) -> Result<Reservation> {
+        let stored: u64 = entity.partitions.iter().map(|p| p.shared.size_bytes()).sum();
+        let limit = entity.description().max_size_in_megabytes.saturating_mul(1024 * 1024);
+        let pending = entity.pending_bytes.fetch_add(incoming, Ordering::AcqRel);
+        let reservation = Reservation { entity: entity.clone(), bytes: incoming };
+        if stored + pending + incoming > limit {
+            let used = stored + pending;
+            return Err(BrokerError::QuotaExceeded(format!(
+                "{} is full: {used} of {limit} bytes used",
+                entity.path
+            )));
+        }
+        Ok(reservation)
+    }
 }
 
 impl Drop for Reservation {

@@ -27,7 +27,6 @@
 //!   ([`BrokerError::TransactionRolledBack`]) and nothing of it is applied.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -439,21 +438,14 @@ impl Broker {
                 _ => 0,
             })
             .sum();
-        let description = via.entity.description();
-        let stored: u64 = via.entity.partitions.iter().map(|p| p.shared.size_bytes()).sum();
-        let limit = description.max_size_in_megabytes.saturating_mul(1024 * 1024);
-        let pending = via.entity.pending_bytes.fetch_add(incoming, Ordering::AcqRel);
-        let reservation = Reservation { entity: via.entity.clone(), bytes: incoming };
-        if stored + pending + incoming > limit {
-            drop(reservation);
-            release(Some(&via), reserved);
-            metrics::counter!(m::TRANSACTIONS_TOTAL, "outcome" => "failed").increment(1);
-            return Err(BrokerError::QuotaExceeded(format!(
-                "{} is full: {} of {limit} bytes used",
-                via.entity.path,
-                stored + pending
-            )));
-        }
+        let reservation = match Reservation::take(&via.entity, incoming) {
+            Ok(reservation) => reservation,
+            Err(full) => {
+                release(Some(&via), reserved);
+                metrics::counter!(m::TRANSACTIONS_TOTAL, "outcome" => "failed").increment(1);
+                return Err(full);
+            }
+        };
         let transfers = work.iter().any(|w| matches!(w, Work::Transfer(_)));
         let outcome = handle.ask(|reply| Command::Commit { work, reply }).await;
         drop(reservation);
