@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::auth::{AuthorizationRule, Right};
 use crate::description::{
     CorrelationFilterDescription, EntityStatus, QueueDescription, RuleAction, RuleDescription,
-    RuleFilter, SubscriptionDescription, TopicDescription,
+    RuleFilter, SubscriptionDescription, TopicDescription, TIME_SPAN_MAX,
 };
 use crate::entity::{EntityDescription, EntityKind};
 use crate::message::{
@@ -43,6 +43,10 @@ const DEDUP_VERSION: u8 = V1;
 /// Entity records: version 1, or version 2 when a queue or topic has authorization rules (they
 /// follow the kind's fields); a record without rules is still written as version 1.
 const ENTITY_VERSION_2: u8 = 2;
+/// Version 2 and, after the authorization rules, a queue's `AutoDeleteOnIdle` and
+/// `EnableExpress`. Written only for a queue that sets either, so that every other record keeps
+/// its earlier bytes.
+const ENTITY_VERSION_3: u8 = 3;
 const TRANSFER_RECORD_VERSION: u8 = V1;
 
 /// An entity as stored, under the key of its path ([`crate::keys::entity`]).
@@ -264,7 +268,19 @@ impl<'a> Reader<'a> {
 
 pub fn encode_entity(record: &EntityRecord) -> Bytes {
     let rules = entity_rules(&record.description);
-    let version = if rules.is_empty() { V1 } else { ENTITY_VERSION_2 };
+    let queue_v3 = match &record.description {
+        EntityDescription::Queue(d)
+            if d.auto_delete_on_idle != TIME_SPAN_MAX || d.enable_express =>
+        {
+            Some((d.auto_delete_on_idle, d.enable_express))
+        }
+        _ => None,
+    };
+    let version = match (queue_v3, rules.is_empty()) {
+        (Some(_), _) => ENTITY_VERSION_3,
+        (None, false) => ENTITY_VERSION_2,
+        (None, true) => V1,
+    };
     let mut w = Writer::versioned(version, 128);
     w.u64(record.id);
     w.str(&record.name);
@@ -365,7 +381,7 @@ pub fn encode_entity(record: &EntityRecord) -> Bytes {
             }
         }
     }
-    if version == ENTITY_VERSION_2 {
+    if version >= ENTITY_VERSION_2 {
         w.u32(rules.len() as u32);
         for rule in rules {
             w.str(&rule.key_name);
@@ -378,6 +394,10 @@ pub fn encode_entity(record: &EntityRecord) -> Bytes {
                 .fold(0u8, |bits, (i, _)| bits | 1 << i);
             w.u8(bits);
         }
+    }
+    if let Some((auto_delete, express)) = queue_v3 {
+        w.duration(auto_delete);
+        w.bool(express);
     }
     w.finish()
 }
@@ -416,7 +436,7 @@ fn decode_entity_rules(r: &mut Reader<'_>) -> DecodeResult<Vec<AuthorizationRule
 
 pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
     let (mut r, version) = Reader::versioned(value, "entity record")?;
-    if version != V1 && version != ENTITY_VERSION_2 {
+    if ![V1, ENTITY_VERSION_2, ENTITY_VERSION_3].contains(&version) {
         return Err(r.unknown_version(version));
     }
     let id = r.u64()?;
@@ -442,6 +462,8 @@ pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
             status: r.status()?,
             user_metadata: r.opt(Reader::str)?,
             authorization_rules: Vec::new(),
+            auto_delete_on_idle: TIME_SPAN_MAX,
+            enable_express: false,
         }),
         2 => EntityDescription::Topic(TopicDescription {
             default_message_time_to_live: r.duration()?,
@@ -503,7 +525,7 @@ pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
         k => return Err(r.corrupted(&format!("unknown entity kind {k}"))),
     };
     let mut description = description;
-    if version == ENTITY_VERSION_2 {
+    if version >= ENTITY_VERSION_2 {
         let rules = decode_entity_rules(&mut r)?;
         match &mut description {
             EntityDescription::Queue(d) => d.authorization_rules = rules,
@@ -513,6 +535,15 @@ pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
                     return Err(r.corrupted("authorization rules on a subscription or rule"));
                 }
             }
+        }
+    }
+    if version == ENTITY_VERSION_3 {
+        match &mut description {
+            EntityDescription::Queue(d) => {
+                d.auto_delete_on_idle = r.duration()?;
+                d.enable_express = r.bool()?;
+            }
+            _ => return Err(r.corrupted("a version-3 entity record that is not a queue")),
         }
     }
     Ok(EntityRecord { id, name, description, created_at, updated_at })
@@ -1154,6 +1185,45 @@ mod tests {
     }
 
     #[test]
+    fn a_queue_that_sets_auto_delete_or_express_is_version_3_and_others_keep_their_bytes() {
+        use crate::auth::{AuthorizationRule, Rights};
+        let plain = EntityRecord {
+            id: 9,
+            name: "q".into(),
+            description: EntityDescription::Queue(QueueDescription::default()),
+            created_at: Timestamp::from_millis(1),
+            updated_at: Timestamp::from_millis(2),
+        };
+        for rules in [vec![], vec![AuthorizationRule::new("send", "p", "s", Rights::SEND)]] {
+            let mut record = plain.clone();
+            let EntityDescription::Queue(d) = &mut record.description else { unreachable!() };
+            d.authorization_rules = rules;
+            d.auto_delete_on_idle = Duration::from_secs(600);
+            d.enable_express = true;
+            let bytes = encode_entity(&record);
+            assert_eq!(bytes[0], ENTITY_VERSION_3);
+            assert_eq!(decode_entity(&bytes).unwrap(), record);
+            // Version 1's fields come first, byte for byte, then the rules and the duration.
+            let v1 = encode_entity(&plain);
+            assert_eq!(bytes[1..v1.len()], v1[1..]);
+            for len in 0..bytes.len() {
+                assert!(decode_entity(&bytes[..len]).is_err(), "truncated to {len}");
+            }
+        }
+        // Only queues carry it.
+        let mut topic = encode_entity(&EntityRecord {
+            description: EntityDescription::Topic(TopicDescription::default()),
+            ..plain.clone()
+        })
+        .to_vec();
+        topic[0] = ENTITY_VERSION_3;
+        topic.extend_from_slice(&0u32.to_le_bytes());
+        topic.extend_from_slice(&600_000u64.to_le_bytes());
+        topic.push(1);
+        assert!(decode_entity(&topic).is_err());
+    }
+
+    #[test]
     fn entity_records_with_authorization_rules_are_version_2_and_without_stay_version_1() {
         use crate::auth::{AuthorizationRule, Rights};
         let plain = EntityRecord {
@@ -1210,7 +1280,7 @@ mod tests {
         let error = decode_entity(&huge).unwrap_err();
         assert!(error.to_string().contains("do not fit"), "{error}");
         let mut unknown = encode_entity(&plain).to_vec();
-        unknown[0] = 3;
+        unknown[0] = 4;
         assert!(decode_entity(&unknown).is_err());
     }
 
@@ -1328,6 +1398,8 @@ mod tests {
                 status: EntityStatus::SendDisabled,
                 user_metadata: Some("m".into()),
                 authorization_rules: Vec::new(),
+                auto_delete_on_idle: crate::description::TIME_SPAN_MAX,
+                enable_express: false,
             }),
             created_at: Timestamp::from_millis(1000),
             updated_at: Timestamp::from_millis(2000),

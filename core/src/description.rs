@@ -81,6 +81,13 @@ pub struct QueueDescription {
     pub user_metadata: Option<String>,
     /// Shared access keys scoped to this queue (ATOM `AuthorizationRules`).
     pub authorization_rules: Vec<AuthorizationRule>,
+    /// The idle time after which Service Bus deletes the queue: 5 min to never (the default).
+    /// Kept and reported as set; ironbus does not delete idle entities (as for topics and
+    /// subscriptions).
+    pub auto_delete_on_idle: Duration,
+    /// Service Bus's express entities (held in memory before they are stored). Kept and
+    /// reported as set; ironbus stores every message the same way.
+    pub enable_express: bool,
 }
 
 impl Default for QueueDescription {
@@ -103,6 +110,8 @@ impl Default for QueueDescription {
             status: EntityStatus::Active,
             user_metadata: None,
             authorization_rules: Vec::new(),
+            auto_delete_on_idle: TIME_SPAN_MAX,
+            enable_express: false,
         }
     }
 }
@@ -156,6 +165,12 @@ impl QueueDescription {
             self.duplicate_detection_history_time_window,
             Duration::from_secs(20),
             Duration::from_secs(7 * 24 * 3600),
+        )?;
+        check_range(
+            "AutoDeleteOnIdle",
+            self.auto_delete_on_idle,
+            Duration::from_secs(300),
+            TIME_SPAN_MAX,
         )?;
         if self.enable_partitioning && !(1..=MAX_PARTITION_COUNT).contains(&self.partition_count) {
             return Err(BrokerError::invalid(

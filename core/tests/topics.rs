@@ -608,3 +608,27 @@ async fn a_publish_stores_its_body_once_whatever_the_copies() {
         assert_eq!(left, usize::from(s != "c"), "after {s}");
     }
 }
+
+#[tokio::test]
+async fn the_topic_runtime_counts_its_subscriptions_rules_by_filter_kind() {
+    let f = fixture().await;
+    f.topic("t", TopicDescription::default()).await;
+    f.subscription("t/Subscriptions/a").await;
+    f.subscription("t/Subscriptions/b").await;
+    // Two $Default rules (true filters count as SQL), one SQL rule, two correlation rules.
+    add_rule(&f, "t/Subscriptions/a/Rules/sql", sql("1=1"), None).await;
+    let correlation = || {
+        RuleFilter::Correlation(CorrelationFilterDescription {
+            correlation_id: Some("abc".into()),
+            ..Default::default()
+        })
+    };
+    add_rule(&f, "t/Subscriptions/a/Rules/c", correlation(), None).await;
+    add_rule(&f, "t/Subscriptions/b/Rules/c", correlation(), None).await;
+    let runtime = f.broker.get_topic_runtime(&path("t")).await.unwrap();
+    assert_eq!((runtime.sql_filter_count, runtime.correlation_filter_count), (3, 2));
+
+    f.broker.delete_entity(&path("t/Subscriptions/b")).await.unwrap();
+    let runtime = f.broker.get_topic_runtime(&path("t")).await.unwrap();
+    assert_eq!((runtime.sql_filter_count, runtime.correlation_filter_count), (2, 1));
+}

@@ -335,6 +335,8 @@ fn queue_description(properties: Option<&Value>) -> Result<QueueDescription> {
         match key.as_str() {
             "DeadLetteringOnMessageExpiration" => d.dead_lettering_on_message_expiration = flag()?,
             "DefaultMessageTimeToLive" => d.default_message_time_to_live = iso_duration(text()?)?,
+            "AutoDeleteOnIdle" => d.auto_delete_on_idle = iso_duration(text()?)?,
+            "EnableExpress" => d.enable_express = flag()?,
             "DuplicateDetectionHistoryTimeWindow" => {
                 d.duplicate_detection_history_time_window = iso_duration(text()?)?
             }

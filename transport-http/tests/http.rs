@@ -219,6 +219,33 @@ async fn queues_are_created_read_updated_listed_and_deleted() {
         "omitted fields revert to defaults"
     );
 
+    // AutoDeleteOnIdle (5 minutes at least) and EnableExpress are kept as set; a restart keeps
+    // them too (the codec's version-3 test).
+    let r = s
+        .call(
+            "PUT",
+            "/orders",
+            &[("If-Match", "*".into())],
+            &queue_xml(
+                "<AutoDeleteOnIdle>PT10M</AutoDeleteOnIdle><EnableExpress>true</EnableExpress>",
+            ),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = s.call("GET", "/orders", &[], b"").await;
+    assert!(r.text().contains("<AutoDeleteOnIdle>PT10M</AutoDeleteOnIdle>"), "{}", r.text());
+    assert!(r.text().contains("<EnableExpress>true</EnableExpress>"), "{}", r.text());
+    let r = s
+        .call(
+            "PUT",
+            "/orders",
+            &[("If-Match", "*".into())],
+            &queue_xml("<AutoDeleteOnIdle>PT1M</AutoDeleteOnIdle>"),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("AutoDeleteOnIdle"), "{}", r.text());
+
     // Partitioned, with the ironbus partition count extension; then the quota of one.
     let r = s
         .call(
@@ -437,6 +464,9 @@ async fn subscriptions_are_managed_under_their_topic_with_their_first_rule() {
     assert!(r.text().contains(r#"<title type="text">s2</title>"#), "{}", r.text());
     let r = s.call("GET", "/t", &[], b"").await;
     assert!(r.text().contains("<SubscriptionCount>2</SubscriptionCount>"), "{}", r.text());
+    // s1's $Default (a true filter, which Service Bus counts as SQL) and s2's SQL rule.
+    assert!(r.text().contains("<SqlFilterCount>2</SqlFilterCount>"), "{}", r.text());
+    assert!(r.text().contains("<CorrelationFilterCount>0</CorrelationFilterCount>"));
     assert_eq!(s.call("GET", "/nope/subscriptions", &[], b"").await.status, 404);
 }
 

@@ -41,12 +41,23 @@ pub(super) struct SubscriptionStart {
 pub struct TopicRuntime {
     pub name: String,
     pub subscription_count: u64,
+    /// The rules of all its subscriptions whose filter is SQL (true and false filters included).
+    pub sql_filter_count: u64,
+    /// The rules of all its subscriptions whose filter is a correlation filter.
+    pub correlation_filter_count: u64,
     /// Messages sent to the topic and waiting for their scheduled time.
     pub scheduled_message_count: u64,
     /// What the topic's subscriptions hold, and its scheduled messages.
     pub size_in_bytes: u64,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+}
+
+/// A topic's rules by filter kind (see [`TopicRuntime`]).
+#[derive(Debug, Default)]
+struct FilterCounts {
+    sql: usize,
+    correlation: usize,
 }
 
 impl Broker {
@@ -439,9 +450,12 @@ impl Broker {
         }
         let record = topic.record();
         let counts: QueueRuntime = self.get_queue_runtime(path.as_str()).await?;
+        let filters = self.filter_counts(path, None);
         Ok(TopicRuntime {
             name: record.name.clone(),
             subscription_count: self.children(path, EntityKind::Subscription).len() as u64,
+            sql_filter_count: filters.sql as u64,
+            correlation_filter_count: filters.correlation as u64,
             scheduled_message_count: counts.scheduled_message_count,
             size_in_bytes: topic.partitions.iter().map(|p| p.shared.size_bytes()).sum(),
             created_at: record.created_at,
@@ -473,6 +487,27 @@ impl Broker {
         children
     }
 
+    /// How many rules of a topic's subscriptions filter with SQL and with correlation filters
+    /// (`except`: a rule being replaced, left out).
+    fn filter_counts(&self, topic: &EntityPath, except: Option<&EntityPath>) -> FilterCounts {
+        let mut counts = FilterCounts::default();
+        for sub in self.children(topic, EntityKind::Subscription) {
+            for r in self.children(&sub.path, EntityKind::Rule) {
+                if except.is_some_and(|p| p.key() == r.path.key()) {
+                    continue;
+                }
+                if let EntityDescription::Rule(d) = r.record().description {
+                    if d.filter.is_sql() {
+                        counts.sql += 1;
+                    } else {
+                        counts.correlation += 1;
+                    }
+                }
+            }
+        }
+        counts
+    }
+
     /// Refuses a rule that would take the topic past its SQL or correlation filter quota
     /// (`replacing`: a rule being updated, not counted twice).
     fn check_filter_quota(
@@ -481,25 +516,11 @@ impl Broker {
         rule: &RuleDescription,
         replacing: Option<&EntityPath>,
     ) -> Result<()> {
-        let (mut sql, mut correlation) = (0usize, 0usize);
-        for sub in self.children(topic, EntityKind::Subscription) {
-            for r in self.children(&sub.path, EntityKind::Rule) {
-                if replacing.is_some_and(|p| p.key() == r.path.key()) {
-                    continue;
-                }
-                if let EntityDescription::Rule(d) = r.record().description {
-                    if d.filter.is_sql() {
-                        sql += 1;
-                    } else {
-                        correlation += 1;
-                    }
-                }
-            }
-        }
+        let counts = self.filter_counts(topic, replacing);
         let (count, max, what) = if rule.filter.is_sql() {
-            (sql, MAX_SQL_FILTERS_PER_TOPIC, "SQL")
+            (counts.sql, MAX_SQL_FILTERS_PER_TOPIC, "SQL")
         } else {
-            (correlation, MAX_CORRELATION_FILTERS_PER_TOPIC, "correlation")
+            (counts.correlation, MAX_CORRELATION_FILTERS_PER_TOPIC, "correlation")
         };
         if count >= max {
             return Err(BrokerError::QuotaExceeded(format!(

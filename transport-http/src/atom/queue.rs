@@ -81,11 +81,11 @@ fn description_element(base: &str, info: &QueueInfo, runtime: Option<&QueueRunti
             "<AccessedAt>{updated}</AccessedAt>",
             "<SupportOrdering>true</SupportOrdering>",
             "{count_details}",
-            "<AutoDeleteOnIdle>{never}</AutoDeleteOnIdle>",
+            "<AutoDeleteOnIdle>{auto_delete}</AutoDeleteOnIdle>",
             "<EnablePartitioning>{partitioned}</EnablePartitioning>",
             "<EntityAvailabilityStatus>{availability}</EntityAvailabilityStatus>",
             "{forward_dl}",
-            "<EnableExpress>false</EnableExpress>",
+            "<EnableExpress>{express}</EnableExpress>",
             "<MaxMessageSizeInKilobytes>{max_message}</MaxMessageSizeInKilobytes>",
             r#"<PartitionCount xmlns="{ironbus}">{partitions}</PartitionCount>"#,
             "</QueueDescription>"
@@ -116,7 +116,8 @@ fn description_element(base: &str, info: &QueueInfo, runtime: Option<&QueueRunti
             count(|r| r.transfer_message_count),
             count(|r| r.transfer_dead_letter_message_count),
         ),
-        never = crate::timefmt::TIME_SPAN_MAX_XML,
+        auto_delete = xml_duration(d.auto_delete_on_idle),
+        express = bool_text(d.enable_express),
         partitioned = bool_text(d.enable_partitioning),
         availability = availability,
         forward_dl = forward(&d.forward_dead_lettered_messages_to, "ForwardDeadLetteredMessagesTo"),
@@ -193,6 +194,8 @@ pub(crate) fn parse(
                 omitted.requires_session = false;
             }
             "DefaultMessageTimeToLive" => d.default_message_time_to_live = duration()?,
+            "AutoDeleteOnIdle" => d.auto_delete_on_idle = duration()?,
+            "EnableExpress" => d.enable_express = boolean()?,
             "DeadLetteringOnMessageExpiration" => {
                 d.dead_lettering_on_message_expiration = boolean()?
             }
@@ -232,8 +235,7 @@ pub(crate) fn parse(
                 d.max_message_size_in_kilobytes = number(value).map_err(field)?;
                 omitted.since_2021_05 = Some("MaxMessageSizeInKilobytes");
             }
-            // Read-only, runtime and unsupported-but-harmless elements (AutoDeleteOnIdle,
-            // EnableExpress, CountDetails, CreatedAt, ...) are ignored.
+            // Read-only and runtime elements (CountDetails, CreatedAt, ...) are ignored.
             _ => {}
         }
     }
