@@ -22,6 +22,9 @@ tests it ran.
 test of each area, the TLS transport included. ``--samples`` runs the sdist's
 ``samples/sync_samples`` instead of the tests, each as a script with the environment variables
 the samples read, and judges them against ``samples-not-applicable.txt`` the same way.
+``--parallel N`` runs the tests in N pytest-xdist processes: the whole suite is mostly waiting
+(lock durations, receive timeouts), so N above the core count shortens it. The management tests
+still run on their own first: they clear the whole namespace.
 """
 
 import argparse
@@ -110,9 +113,15 @@ def sdist_root() -> Path:
 
 
 def test_files(root: Path) -> List[str]:
-    files = sorted(glob.glob("tests/test_*.py", root_dir=root))
-    files += sorted(glob.glob("tests/mgmt_tests/test_*.py", root_dir=root))
-    return files
+    return sync_test_files(root) + mgmt_test_files(root)
+
+
+def sync_test_files(root: Path) -> List[str]:
+    return sorted(glob.glob("tests/test_*.py", root_dir=root))
+
+
+def mgmt_test_files(root: Path) -> List[str]:
+    return sorted(glob.glob("tests/mgmt_tests/test_*.py", root_dir=root))
 
 
 CA_BEGIN = "# ironbus development CA (compat/mssuite/run.py) begin\n"
@@ -138,20 +147,51 @@ def trust_development_ca() -> None:
     bundle.write_text(text + CA_BEGIN + ca.strip() + "\n" + CA_END, encoding="utf-8")
 
 
-def run_pytest(root: Path, results: Path, pytest_args: List[str]) -> None:
+# pytest options whose value is the next argument.
+OPTIONS_WITH_VALUES = {
+    "-k", "-m", "-p", "-n", "-o", "-c", "-W", "--deselect", "--numprocesses", "--maxfail",
+    "--timeout", "--durations", "--junitxml", "--basetemp", "--rootdir",
+}
+
+
+def run_pytest(root: Path, results: Path, pytest_args: List[str], parallel: int = 0) -> None:
+    """Runs pytest, its per-test outcomes written to ``results``. With ``parallel`` > 1 and no
+    selection, the management tests run first on their own (they list and clear every queue and
+    topic of the namespace, so no other test may share it with them), then the other files in
+    ``parallel`` pytest-xdist processes."""
+    # Test ids and paths named on the command line (not the values of options such as `-k`):
+    # without any, the suite's sync and management files are run.
+    selection = [
+        a for before, a in zip([""] + pytest_args, pytest_args)
+        if not a.startswith("-") and before not in OPTIONS_WITH_VALUES
+    ]
+    workers = [f"--numprocesses={parallel}"] if parallel > 1 else []
+    if selection or not workers:
+        pytest(root, results, workers + pytest_args + ([] if selection else test_files(root)))
+        return
+    merged = {}
+    for phase, (files, extra) in enumerate([(mgmt_test_files(root), []), (sync_test_files(root), workers)]):
+        part = results.with_suffix(f".{phase}.json")
+        part.unlink(missing_ok=True)
+        pytest(root, part, extra + pytest_args + files)
+        if part.exists():
+            merged.update(json.loads(part.read_text(encoding="utf-8")))
+            part.unlink()
+    results.write_text(json.dumps(merged, indent=1, sort_keys=True), encoding="utf-8")
+
+
+def pytest(root: Path, results: Path, arguments: List[str]) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(STANDINS)] + [p for p in [env.get("PYTHONPATH")] if p])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["IRONBUS_MSSUITE_RESULTS"] = str(results)
     # The tests' own admin clients (azure-core over requests) trust ironbus's development CA.
     env["REQUESTS_CA_BUNDLE"] = env["IRONBUS_CA_CERT"]
-    selection = [a for a in pytest_args if not a.startswith("-")]
     command = [
         sys.executable, "-m", "pytest", "-c", str(HERE / "pytest.ini"), "--rootdir", str(root),
         "-p", "ironbus_mssuite_plugin", "--import-mode=append", f"--timeout={TEST_TIMEOUT_SECONDS}",
         "-q", "-rN", "--tb=short",
-    ]
-    command += pytest_args if selection else pytest_args + test_files(root)
+    ] + arguments
     print("$ (cd " + str(root) + ") " + " ".join(command), flush=True)
     # pytest's own exit code says nothing the ratchet does not: judged below.
     subprocess.run(command, cwd=root, env=env, check=False)
@@ -301,6 +341,9 @@ def main() -> int:
     parser.add_argument("--update-expected", action="store_true", help="rewrite the expected list")
     parser.add_argument("--quick", action="store_true", help="the representative subset (CI)")
     parser.add_argument("--samples", action="store_true", help="run samples/sync_samples instead")
+    parser.add_argument("--parallel", type=int, default=0, metavar="N",
+                        help="run the tests in N processes (pytest-xdist); each test has entities "
+                             "of its own, and most of a test's time is waiting")
     args, pytest_args = parser.parse_known_args()
     root = sdist_root()
     trust_development_ca()
@@ -315,7 +358,7 @@ def main() -> int:
     else:
         if args.quick:
             pytest_args = pytest_args + QUICK
-        run_pytest(root, results_path, pytest_args)
+        run_pytest(root, results_path, pytest_args, args.parallel)
         if not results_path.exists():
             print("pytest wrote no results (see its output above)")
             return 1

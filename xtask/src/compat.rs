@@ -9,12 +9,12 @@
 //!
 //! Steps: build `ironbus` (release); install the SDKs if missing (`compat/python/.venv`,
 //! `compat/js/node_modules`) and build `compat/rust`; generate the emulator-format `config.json`
-//! with every queue the suites use; start the server on free ports (AMQP, AMQPS, plain HTTP,
-//! HTTPS with its development CA, testing fault injection on), its output in a log file; wait
-//! until the ports accept connections; run each suite with `IRONBUS_CONNECTION_STRING`,
-//! `IRONBUS_ADMIN_CONNECTION_STRING`, `IRONBUS_TLS_CONNECTION_STRING` (AMQP over TLS),
-//! `IRONBUS_HTTP_URL`, `IRONBUS_CA_CERT` and
-//! `NODE_EXTRA_CA_CERTS` set; stop the server. A failure prints the tail of the server log and leaves the work directory
+//! with every queue the suites use and three namespace policies (Listen, Send, Manage); start the
+//! server on free ports (AMQP, AMQPS, plain HTTP, HTTPS with its development CA, testing fault
+//! injection on), its output in a log file; wait until the ports accept connections; run each
+//! suite with `IRONBUS_CONNECTION_STRING`, `IRONBUS_ADMIN_CONNECTION_STRING`,
+//! `IRONBUS_TLS_CONNECTION_STRING` (AMQP over TLS), `IRONBUS_HTTP_URL`, `IRONBUS_CA_CERT`,
+//! `IRONBUS_POLICIES` and `NODE_EXTRA_CA_CERTS` set; stop the server. A failure prints the tail of the server log and leaves the work directory
 //! (config + log) in place.
 //!
 //! `IRONBUS_COMPAT_SERVER=<executable>` runs that instead of building `ironbus`.
@@ -355,6 +355,19 @@ fn connection_string(port: u16) -> String {
 
 /// The Microsoft emulator's config.json, declaring every queue of [`QUEUES`] for every suite
 /// that has a prefix, and [`RUST_QUEUE`].
+/// Namespace policies beyond the root key, one for each set of rights Microsoft's suite asks its
+/// preparer for (`name`, `key`, `rights`). The suites get them as `IRONBUS_POLICIES`
+/// (`name:key:rights`, joined by `;`).
+const POLICIES: [(&str, &str, &str); 3] = [
+    ("compat-listen", "Y29tcGF0LWxpc3Rlbi1rZXktZm9yLXRlc3RzLW9ubHk=", "Listen"),
+    ("compat-send", "Y29tcGF0LXNlbmQta2V5LWZvci10ZXN0cy1vbmx5", "Send"),
+    ("compat-manage", "Y29tcGF0LW1hbmFnZS1rZXktZm9yLXRlc3RzLW9ubHk=", "Manage"),
+];
+
+fn policies_env() -> String {
+    POLICIES.map(|(name, key, rights)| format!("{name}:{key}:{rights}")).join(";")
+}
+
 fn config_json() -> Value {
     let queue = |name: String, overrides: &[(&str, Prop)]| {
         let mut properties = Map::new();
@@ -377,7 +390,14 @@ fn config_json() -> Value {
     }
     json!({
         "UserConfig": {
-            "Namespaces": [{ "Name": NAMESPACE, "Queues": queues, "Topics": [] }],
+            "Namespaces": [{
+                "Name": NAMESPACE,
+                "Queues": queues,
+                "Topics": [],
+                "Policies": POLICIES.map(|(name, key, rights)| {
+                    json!({ "Name": name, "Key": key, "Rights": rights })
+                }),
+            }],
             "Logging": { "Type": "File" },
         }
     })
@@ -540,6 +560,7 @@ fn run_suite(suite: &Suite, target: &Target, runner_args: &[String]) -> Result<b
         .env("IRONBUS_TLS_CONNECTION_STRING", &target.tls_connection_string)
         .env("IRONBUS_HTTP_URL", &target.http_url)
         .env("IRONBUS_CA_CERT", &target.ca_cert)
+        .env("IRONBUS_POLICIES", policies_env())
         .env("NODE_EXTRA_CA_CERTS", &target.ca_cert);
     eprintln!("$ (cd {}) {}", suite.dir, shown(&command));
     let mut child =
@@ -770,6 +791,9 @@ mod tests {
                 assert!(properties.contains_key(*key), "{} lacks {key}", queue["Name"]);
             }
         }
+        let policies = namespace["Policies"].as_array().unwrap();
+        assert_eq!(policies.len(), POLICIES.len());
+        assert_eq!(policies_env().split(';').count(), POLICIES.len());
         let lock_expiry = queues.iter().find(|q| q["Name"] == "py-lock-expiry").unwrap();
         assert_eq!(lock_expiry["Properties"]["LockDuration"], "PT5S");
         assert_eq!(lock_expiry["Properties"]["MaxDeliveryCount"], 2);

@@ -5,7 +5,8 @@
 - Writes every test's outcome (``passed`` / ``failed`` / ``error`` / ``skipped``) and the first line
   of its failure to the JSON file named by ``IRONBUS_MSSUITE_RESULTS``, for ``run.py``'s summary:
   after every test, so that a run stopped part-way (the whole suite takes over an hour) still
-  says what it measured.
+  says what it measured. Under pytest-xdist (``run.py --parallel N``) only the controller writes:
+  it sees every worker's reports.
 """
 
 import json
@@ -54,7 +55,7 @@ def pytest_collectreport(report):
 
 def _write():
     path = os.environ.get("IRONBUS_MSSUITE_RESULTS")
-    if path:
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):
         with open(path + ".part", "w", encoding="utf-8") as out:
             json.dump(_results, out, indent=1, sort_keys=True)
         os.replace(path + ".part", path)

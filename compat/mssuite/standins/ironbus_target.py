@@ -11,6 +11,8 @@ Shared by the ``devtools_testutils`` stand-in and the ``servicebus_preparer`` st
   and AMQPS to 5671, Service Bus's ports: the name is then plain ``localhost``, and an AMQP client
   given it connects with TLS to 5671 (with WebSockets, to 443), as against Service Bus. (A port
   in the name would send the AMQP clients to the HTTPS listener.)
+- ``IRONBUS_POLICIES``: the namespace policies beyond the root key, ``name:key:rights`` joined by
+  ``;`` (the namespace authorization-rule preparer hands them out).
 - ``IRONBUS_CA_CERT``: the development CA of the HTTPS listener (the harness also exports it as
   ``REQUESTS_CA_BUNDLE``, which the tests' admin clients use through azure-core).
 """
@@ -45,6 +47,13 @@ def connection_string() -> str:
 
 def admin_connection_string() -> str:
     return _required("IRONBUS_ADMIN_CONNECTION_STRING")
+
+
+def policies():
+    """The namespace policies beyond the root key (``IRONBUS_POLICIES``, ``name:key:rights`` joined
+    by ``;``), as ``(name, key, rights)``."""
+    entries = [e for e in os.environ.get("IRONBUS_POLICIES", "").split(";") if e.strip()]
+    return [tuple(entry.split(":", 2)) for entry in entries]
 
 
 def ca_cert() -> str:

@@ -8,12 +8,15 @@ the HTTPS listener's host name and ``SERVICEBUS_ENDPOINT_SUFFIX`` is ``:<https-p
 ``f"{servicebus_namespace.name}{SERVICEBUS_ENDPOINT_SUFFIX}"`` reaches the admin API over HTTPS,
 and AMQP clients given that name use TLS on port 5671, as against Service Bus.
 
-Namespace and queue authorization rules beyond the root key do not exist in ironbus yet: those
-preparers raise, so the tests that need them fail (listed as ``policies``).
+Namespace authorization rules are the policies ``cargo xtask compat`` declares at start-up (one
+each for Listen, Send and Manage); queue authorization rules are added to the queue's
+``AuthorizationRules`` through the admin API.
 """
 
+import base64
 import datetime
 import functools
+import secrets
 from typing import Any, Dict, Iterable, List, Optional
 
 import ironbus_target
@@ -249,34 +252,97 @@ class ServiceBusSubscriptionPreparer(_EntityPreparer):
         admin.delete_subscription(self._topic(kwargs), name)
 
 
+def _rights(access_rights: Optional[List[Any]]) -> frozenset:
+    """The rights a preparer asks for (azure-mgmt-servicebus's ``AccessRights``, by value), Manage
+    standing for all three, as on Service Bus."""
+    names = {str(getattr(r, "value", r)).lower() for r in access_rights or ("manage",)}
+    return frozenset({"manage", "send", "listen"}) if "manage" in names else frozenset(names)
+
+
+def _connection_string(key_name: str, key: str, entity: Optional[str] = None) -> str:
+    """A connection string as Service Bus's portal hands it: the namespace by host name (AMQP over
+    TLS on 5671), no ``UseDevelopmentEmulator``."""
+    fields = [
+        f"Endpoint=sb://{ironbus_target.fully_qualified_namespace()}/",
+        f"SharedAccessKeyName={key_name}",
+        f"SharedAccessKey={key}",
+    ]
+    if entity:
+        fields.append(f"EntityPath={entity}")
+    return ";".join(fields)
+
+
 class _AuthorizationRulePreparer(AzureMgmtPreparer):
-    """Service Bus creates a policy with the given rights and hands its connection string; ironbus
-    has only the root key, and handing that instead would let a listen-only or send-only test
-    pass or fail for the wrong reason. So this raises."""
+    """A policy with the rights asked for, and its connection string."""
 
     def __init__(self, name_prefix: str = "", parameter_name: str = "", access_rights: Optional[List[Any]] = None, **kwargs: Any):
+        for unused in (
+            "use_cache",
+            "resource_group_parameter_name",
+            "servicebus_namespace_parameter_name",
+            "servicebus_queue_parameter_name",
+        ):
+            kwargs.pop(unused, None)
         super().__init__(name_prefix, 24, random_name_enabled=True)
         self.parameter_name = parameter_name
-        self.access_rights = access_rights
+        self.rights = _rights(access_rights)
 
     def parameter_names(self) -> Iterable[str]:
         return (self.parameter_name, f"{self.parameter_name}_connection_string")
 
-    def create_resource(self, name: str, **kwargs: Any) -> Dict[str, Any]:
-        raise AzureTestError(
-            f"ironbus has no authorization rules beyond the root key (asked for {self.parameter_name} "
-            f"with rights {self.access_rights})"
-        )
-
 
 class ServiceBusNamespaceAuthorizationRulePreparer(_AuthorizationRulePreparer):
+    """Service Bus creates a namespace policy through Resource Manager; ironbus's namespace
+    policies are declared when it starts (``cargo xtask compat`` declares one for Listen, Send and
+    Manage, named in ``IRONBUS_POLICIES``). This hands the one whose rights are exactly those asked
+    for, and raises if there is none."""
+
     def __init__(self, name_prefix: str = "", use_cache: bool = False, parameter_name: str = SERVICEBUS_AUTHORIZATION_RULE_PARAM, **kwargs: Any):
         super().__init__(name_prefix, parameter_name, **kwargs)
 
+    def create_resource(self, name: str, **kwargs: Any) -> Dict[str, Any]:
+        for entry in ironbus_target.policies():
+            key_name, key, rights = entry
+            if _rights(rights.split(",")) == self.rights:
+                self.resource = FakeResource(name=key_name, id=key_name)
+                return {
+                    self.parameter_name: self.resource,
+                    f"{self.parameter_name}_connection_string": _connection_string(key_name, key),
+                }
+        raise AzureTestError(f"no namespace policy in IRONBUS_POLICIES has the rights {sorted(self.rights)}")
+
 
 class ServiceBusQueueAuthorizationRulePreparer(_AuthorizationRulePreparer):
-    def __init__(self, name_prefix: str = "", use_cache: bool = False, parameter_name: str = SERVICEBUS_QUEUE_AUTHORIZATION_RULE_PARAM, **kwargs: Any):
+    """A rule on the test's queue (its ``AuthorizationRules``), added through the admin API as
+    Service Bus's Resource Manager adds it, with a fresh key."""
+
+    def __init__(self, name_prefix: str = "", use_cache: bool = False, parameter_name: str = SERVICEBUS_QUEUE_AUTHORIZATION_RULE_PARAM, servicebus_queue_parameter_name: str = SERVICEBUS_QUEUE_PARAM, **kwargs: Any):
         super().__init__(name_prefix, parameter_name, **kwargs)
+        self.queue_parameter_name = servicebus_queue_parameter_name
+
+    def create_resource(self, name: str, **kwargs: Any) -> Dict[str, Any]:
+        from azure.servicebus.management import AccessRights, AuthorizationRule
+
+        queue = kwargs[self.queue_parameter_name].name
+        key = base64.b64encode(secrets.token_bytes(32)).decode("ascii")
+        rule = AuthorizationRule(
+            type="SharedAccessAuthorizationRule",
+            key_name=name,
+            claim_type="SharedAccessKey",
+            claim_value="None",
+            rights=[AccessRights(r.capitalize()) for r in sorted(self.rights)],
+            primary_key=key,
+            secondary_key=base64.b64encode(secrets.token_bytes(32)).decode("ascii"),
+        )
+        with ironbus_target.admin_client() as admin:
+            description = admin.get_queue(queue)
+            description.authorization_rules = list(description.authorization_rules or []) + [rule]
+            admin.update_queue(description)
+        self.resource = FakeResource(name=name, id=name)
+        return {
+            self.parameter_name: self.resource,
+            f"{self.parameter_name}_connection_string": _connection_string(name, key, queue),
+        }
 
 
 CachedServiceBusResourceGroupPreparer = functools.partial(
