@@ -395,6 +395,25 @@ async fn a_session_receiver_on_a_queue_without_sessions_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_filter_that_is_not_a_string_is_refused_not_taken_for_next_available() {
+    let (_broker, _clock, url, _trigger) = start().await;
+    let mut connection = guard(Connection::open("sessions-int", url.as_str())).await.unwrap();
+    let mut session = guard(Session::begin(&mut connection)).await.unwrap();
+    // The Python SDK sends `session_id=1` as an int. Taken for "next available", the attach
+    // would wait for a session instead of failing.
+    let source = Source::builder()
+        .address("sq")
+        .add_to_filter_using_legacy_format(
+            Symbol::from("com.microsoft:session-filter"),
+            Value::Long(1),
+        )
+        .build();
+    let result = guard(Receiver::builder().name("int").source(source).attach(&mut session)).await;
+    refused_with(result, "com.microsoft:argument-error");
+    connection.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_accept_next_leaves_the_connection_working_and_takes_a_new_session() {
     let (_broker, _clock, url, _trigger) = start().await;
     let mut connection = guard(Connection::open("sessions-wait", url.as_str())).await.unwrap();

@@ -90,18 +90,33 @@ impl Deref for LinkReceiver {
 
 /// What a receiver attach's source filter asks of sessions: nothing (a plain receiver), a
 /// named session, or (null) the next available one. The id may come as a string or a
-/// described string (rs).
-fn session_filter(attach: &Attach) -> Option<Option<String>> {
-    let filter = attach.source.as_ref()?.filter.as_ref()?;
-    let (_, value) = filter.iter().find(|(k, _)| k.0 == SESSION_FILTER)?;
-    Some(match value {
+/// described string (rs); anything else (a number, say) is refused, not taken for "next
+/// available".
+fn session_filter(attach: &Attach) -> Result<Option<Option<String>>, WireError> {
+    let Some(filter) = attach.source.as_ref().and_then(|s| s.filter.as_ref()) else {
+        return Ok(None);
+    };
+    let Some((_, value)) = filter.iter().find(|(k, _)| k.0 == SESSION_FILTER) else {
+        return Ok(None);
+    };
+    let id = match value {
+        Value::Null => None,
         Value::String(s) => Some(s.clone()),
         Value::Described(d) => match &d.value {
             Value::String(s) => Some(s.clone()),
-            _ => None,
+            Value::Null => None,
+            _ => return Err(not_a_session_id()),
         },
-        _ => None,
-    })
+        _ => return Err(not_a_session_id()),
+    };
+    Ok(Some(id))
+}
+
+fn not_a_session_id() -> WireError {
+    WireError::bad_request(format!(
+        "the {SESSION_FILTER} filter must be a string naming a session, or null for the next \
+         available session"
+    ))
 }
 
 /// The accept-next wait the client asks for (`com.microsoft:timeout`, milliseconds).
@@ -224,7 +239,14 @@ impl Connection {
             },
             _ => node,
         };
-        let session = if client_sends { None } else { session_filter(&attach) };
+        let session = if client_sends {
+            None
+        } else {
+            match session_filter(&attach) {
+                Ok(session) => session,
+                Err(e) => return self.refuse(channel, attach, e),
+            }
+        };
 
         let mut reply = attach.clone();
         reply.role = if client_sends { Role::Receiver } else { Role::Sender };
