@@ -36,7 +36,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use fe2o3_amqp_types::definitions::{ConnectionError, Error as AmqpErrorValue, ErrorCondition};
@@ -48,6 +48,7 @@ use ironbus_core::auth::Authorizer;
 use ironbus_core::{Broker, Shutdown};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
 
 use crate::error::WireError;
 use crate::frame::{self, FrameError, FrameReader, InFrame, ProtocolHeader};
@@ -70,6 +71,10 @@ const BUSY_WRITE: usize = 8 * 1024;
 const WRITE_BUFFER: usize = 64 * 1024;
 /// The idle time-out we advertise (py pings at half of it).
 const IDLE_TIME_OUT: Duration = Duration::from_secs(240);
+/// Silence after which we send an empty frame even when the client asked for none (or for a
+/// longer time-out): the Python SDK's keep-alive thread holds its socket lock while it waits to
+/// read a frame (up to `socket_timeout`), and a send on the same connection waits for it.
+const HEARTBEAT_AT_LEAST_EVERY: Duration = Duration::from_secs(10);
 /// How long an aborted writer tries to finish its frame and write the Close.
 const ABORT_GRACE: Duration = Duration::from_secs(5);
 /// At most this many buffered frames are handled before the loop answers and looks at its
@@ -601,10 +606,11 @@ impl Connection {
                     if last_read.elapsed() > IDLE_TIME_OUT * 2 {
                         return self.close_with_error(WireError::new("amqp:resource-limit-exceeded", 408, "idle time-out expired"));
                     }
-                    if let Some(idle) = self.remote_idle {
-                        if self.last_write.elapsed() >= idle / 2 {
-                            frame::write_empty(&mut self.out);
-                        }
+                    let heartbeat = self
+                        .remote_idle
+                        .map_or(HEARTBEAT_AT_LEAST_EVERY, |idle| (idle / 2).min(HEARTBEAT_AT_LEAST_EVERY));
+                    if self.last_write.elapsed() >= heartbeat {
+                        frame::write_empty(&mut self.out);
                     }
                 }
                 () = shutdown.wait() => {
