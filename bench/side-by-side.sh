@@ -13,6 +13,15 @@
 # PEERS (../shared/peers), TIMEOUT per run in seconds (60), PAUSE between runs (2),
 # CONFIGS ("P C MODE ACCEPT-BATCH" list, comma-separated), BROKERS ("rabbitmq memory rocksdb"),
 # CLIENT (the load generator's AMQP client for every broker: wire, its own lean one, or fe2o3).
+#
+# REVS compares ironbus revisions with each other instead of brokers (a regression check):
+#
+#   REVS="74b7ddb 174648f" CONFIGS="4 4 peek-lock 1,4 4 peek-lock 50" ROUNDS=10 bench/side-by-side.sh
+#
+# builds each revision's server (release, from `git archive`, in $TARGET/revs; built once and
+# kept), starts it on every store of BROKERS (default "memory rocksdb"; rabbitmq is dropped) and
+# runs the working tree's load generator against each server in turn, round after round. The
+# servers are named `<store>@<rev>`; ratios are against the first revision on the same store.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -23,16 +32,21 @@ OUT="${OUT:-side-by-side.jsonl}"
 TIMEOUT="${TIMEOUT:-60}"
 PAUSE="${PAUSE:-2}"
 CLIENT="${CLIENT:-wire}"
+REVS="${REVS:-}"
 WORK="$(mktemp -d)"
-MEM_PORT=5696
-ROCKS_PORT=5694
 RMQ_PORT="${RABBITMQ_BENCH_PORT:-5673}"
 
 cd "$ROOT"
-cargo build --release -p ironbus -p ironbus-bench
+# With REVS the servers are the revisions' own builds: only the load generator comes from here.
+if [ -n "$REVS" ]; then
+  cargo build --release -p ironbus-bench
+else
+  cargo build --release -p ironbus -p ironbus-bench
+fi
 TARGET="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-SERVER="$TARGET/release/ironbus"
 BENCH="$TARGET/release/ironbus-bench"
+
+. "$ROOT/bench/lib.sh"
 
 cat > "$WORK/config.json" <<'EOF'
 {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [
@@ -50,21 +64,42 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start_ironbus() { # port store
-  "$SERVER" --amqp-addr "127.0.0.1:$1" --http-addr off --https-addr off --amqps-addr off \
-    --config "$WORK/config.json" --store "$2" --data-dir "$WORK/data-$1" \
-    > "$WORK/ironbus-$1.log" 2>&1 &
+declare -A PORT_OF PID_OF
+NEXT_PORT=5694
+start_ironbus() { # name server store
+  local port=$NEXT_PORT flags
+  NEXT_PORT=$((NEXT_PORT + 2))
+  mapfile -t flags < <(listeners_off "$2")
+  "$2" --amqp-addr "127.0.0.1:$port" "${flags[@]}" \
+    --config "$WORK/config.json" --store "$3" --data-dir "$WORK/data-$port" \
+    > "$WORK/ironbus-$port.log" 2>&1 &
   PIDS+=($!)
-  for _ in $(seq 50); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.2
-  done
-  echo "ironbus on port $1 did not start: $(tail -5 "$WORK/ironbus-$1.log")" >&2
+  PORT_OF[$1]=$port
+  PID_OF[$1]=$!
+  wait_for_port "$port" 0.2 && return 0
+  echo "ironbus $1 on port $port did not start: $(tail -5 "$WORK/ironbus-$port.log")" >&2
   exit 1
 }
-start_ironbus "$MEM_PORT" memory
-start_ironbus "$ROCKS_PORT" rocksdb
-"$PEERS/start-rabbitmq.sh"
+
+read -r -a BROKERS <<< "${BROKERS:-rabbitmq memory rocksdb}"
+if [ -n "$REVS" ]; then
+  STORES=()
+  for broker in "${BROKERS[@]}"; do [ "$broker" = rabbitmq ] || STORES+=("$broker"); done
+  [ ${#STORES[@]} -gt 0 ] || STORES=(memory rocksdb)
+  BROKERS=()
+  for rev in $REVS; do
+    server="$(server_of_rev "$rev")"
+    for store in "${STORES[@]}"; do
+      start_ironbus "$store@$rev" "$server" "$store"
+      BROKERS+=("$store@$rev")
+    done
+  done
+else
+  for broker in "${BROKERS[@]}"; do
+    [ "$broker" = rabbitmq ] || start_ironbus "$broker" "$TARGET/release/ironbus" "$broker"
+  done
+  if [[ " ${BROKERS[*]} " == *" rabbitmq "* ]]; then "$PEERS/start-rabbitmq.sh"; fi
+fi
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 TICKS="$(getconf CLK_TCK)"
@@ -72,7 +107,6 @@ TICKS="$(getconf CLK_TCK)"
 : > "$OUT"
 # "producers consumers mode accept-batch", separated by commas.
 IFS=, read -r -a CONFIGS <<< "${CONFIGS:-1 1 peek-lock 1,4 4 peek-lock 1,1 1 peek-lock 50,4 4 peek-lock 50,4 4 receive-and-delete 1}"
-read -r -a BROKERS <<< "${BROKERS:-rabbitmq memory rocksdb}"
 for round in $(seq "$ROUNDS"); do
   for config in "${CONFIGS[@]}"; do
     read -r P C MODE BATCH <<< "$config"
@@ -81,10 +115,8 @@ for round in $(seq "$ROUNDS"); do
       case $broker in
         rabbitmq) URL="amqp://127.0.0.1:$RMQ_PORT"; ADDRESS="/amq/queue/$QUEUE"; AUTH=()
                   PID="$(cat "${PEERS_STATE:-${TMPDIR:-/tmp}/ironbus-peers}/rabbitmq/beam.pid")";;
-        memory)   URL="amqp://127.0.0.1:$MEM_PORT"; ADDRESS=$QUEUE
-                  AUTH=(--sasl-plain RootManageSharedAccessKey:SAS_KEY_VALUE); PID="${PIDS[0]}";;
-        rocksdb)  URL="amqp://127.0.0.1:$ROCKS_PORT"; ADDRESS=$QUEUE
-                  AUTH=(--sasl-plain RootManageSharedAccessKey:SAS_KEY_VALUE); PID="${PIDS[1]}";;
+        *)        URL="amqp://127.0.0.1:${PORT_OF[$broker]}"; ADDRESS=$QUEUE
+                  AUTH=(--sasl-plain RootManageSharedAccessKey:SAS_KEY_VALUE); PID="${PID_OF[$broker]}";;
       esac
       LOAD="$(cut -d' ' -f1 /proc/loadavg)"
       BEFORE="$(cpu_ticks "$PID")"
@@ -110,35 +142,45 @@ PY
       tail -1 "$OUT" | python3 -c '
 import json, sys
 r = json.load(sys.stdin)
-print("round %d %-8s %-38s %8.0f msg/s  p50 %6.1f ms  p99 %7.1f ms  broker %5.1f us/msg  client %5.1f us/msg  load %s" % (
+print("round %d %-16s %-38s %8.0f msg/s  p50 %6.1f ms  p99 %7.1f ms  broker %5.1f us/msg  client %5.1f us/msg  load %s" % (
     r["round"], r["broker"], r["config"], r.get("msgs_per_sec", 0), r.get("p50_ms", 0),
     r.get("p99_ms", 0), r["broker_cpu_us_per_msg"], r["client_cpu_us_per_msg"], r["load"]))'
       sleep "$PAUSE"
     done
   done
 done
-"$PEERS/stop-rabbitmq.sh" || true
+if [[ " ${BROKERS[*]} " == *" rabbitmq "* ]]; then "$PEERS/stop-rabbitmq.sh" || true; fi
 
 python3 - "$OUT" <<'PY'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 complete = [r for r in rows if r.get("received") == r.get("messages")]
-print("\nmedians over complete runs (range); ratio = ironbus / RabbitMQ; client",
-      rows[0].get("client", "?") if rows else "?")
+revisions = any("@" in r["broker"] for r in rows)
+print("\nmedians over complete runs (range); ratio =",
+      "each revision / the first, same store" if revisions else "ironbus / RabbitMQ",
+      "; client", rows[0].get("client", "?") if rows else "?")
 for config in dict.fromkeys(r["config"] for r in rows):
-    medians = {}
-    for broker in ("rabbitmq", "memory", "rocksdb"):
+    medians, cpu = {}, {}
+    for broker in dict.fromkeys(r["broker"] for r in rows):
         runs = [r for r in complete if r["config"] == config and r["broker"] == broker]
         if not runs:
             continue
         rate = [r["msgs_per_sec"] for r in runs]
         med = lambda key: statistics.median(r[key] for r in runs)
         medians[broker] = statistics.median(rate)
-        print(f"{config:38} {broker:8} n={len(runs)} {medians[broker]:8.0f} "
+        cpu[broker] = med("broker_cpu_us_per_msg")
+        print(f"{config:38} {broker:16} n={len(runs)} {medians[broker]:8.0f} "
               f"({min(rate):.0f}-{max(rate):.0f}) msg/s  p50 {med('p50_ms'):6.1f}  "
-              f"p99 {med('p99_ms'):7.1f} ms  broker {med('broker_cpu_us_per_msg'):5.1f}  "
+              f"p99 {med('p99_ms'):7.1f} ms  broker {cpu[broker]:5.1f}  "
               f"client {med('client_cpu_us_per_msg'):5.1f} us/msg")
-    if "rabbitmq" in medians:
+    if revisions:
+        first = {}
+        for broker in medians:
+            base = first.setdefault(broker.split("@")[0], broker)
+            if base != broker:
+                print(f"{'':38} {broker} / {base}: {medians[broker] / medians[base]:.3f}x msg/s, "
+                      f"{cpu[broker] / cpu[base]:.3f}x broker CPU per message")
+    elif "rabbitmq" in medians:
         ratios = "  ".join(f"{b} {medians[b] / medians['rabbitmq']:.2f}x"
                            for b in ("memory", "rocksdb") if b in medians)
         print(f"{'':38} ratio: {ratios}")

@@ -5,8 +5,8 @@ use anyhow::{bail, Context, Result};
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let Some((target, rest)) = args.split_first() else {
         bail!(
-            "`bench` needs a target: core, amqp, backlog, connections, side-by-side, fanout, \
-             filter-cost, sessions or forward (see `cargo xtask help`)"
+            "`bench` needs a target: core, amqp, backlog, connections, side-by-side, \
+             instructions, fanout, filter-cost, sessions or forward (see `cargo xtask help`)"
         );
     };
     // Everything after the target goes to the benchmark; a leading `--` is accepted and dropped,
@@ -18,7 +18,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     if target == "side-by-side" {
         return script("side-by-side", rest);
     }
-    if matches!(target.as_str(), "fanout" | "filter-cost" | "sessions" | "forward") {
+    if matches!(target.as_str(), "instructions" | "fanout" | "filter-cost" | "sessions" | "forward")
+    {
         return script(target, rest);
     }
     if target == "connections" {
@@ -31,7 +32,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         unknown => {
             bail!(
                 "unknown benchmark target `{unknown}`; known: core, amqp, backlog, connections, \
-                 side-by-side, fanout, filter-cost, sessions, forward"
+                 side-by-side, instructions, fanout, filter-cost, sessions, forward"
             )
         }
     };
@@ -40,7 +41,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
 }
 
 /// `bench/<name>.sh` (`side-by-side`: RabbitMQ, ironbus on memory and ironbus on RocksDB in
-/// alternating rounds with the same load generator; `fanout`: the same for a topic with 1, 4 and
+/// alternating rounds with the same load generator, or ironbus revisions against each other with
+/// `REVS`; `instructions`: valgrind's count of the instructions a revision's server executes per
+/// message; `fanout`: the same for a topic with 1, 4 and
 /// 16 subscriptions against a RabbitMQ fanout exchange; `filter-cost`: the publish rate with 100
 /// filtered subscriptions against one; `sessions`: accept-next session receivers on a
 /// 16-partition session queue against plain receivers on a plain one; `forward`: a one-hop

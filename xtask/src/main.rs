@@ -42,7 +42,10 @@ tasks:
                         20,000 idle AMQP connections: the server's RSS and handshake latency
                         meanwhile (--connections N, --hold SECS, --max-rss-mb MB)
     bench side-by-side  RabbitMQ (../shared/peers), ironbus memory and ironbus RocksDB in
-                        alternating rounds with ironbus-bench; env ROUNDS, MESSAGES, OUT
+                        alternating rounds with ironbus-bench; env ROUNDS, MESSAGES, OUT;
+                        REVS='A B' compares ironbus revisions (release builds) instead
+    bench instructions  instructions per message of ironbus revisions under valgrind (not
+                        affected by a noisy machine); env REVS (required), STORES, CONFIGS
     bench fanout        topic fan-out: ironbus RocksDB (a topic, 1/4/16 subscriptions) against a
                         RabbitMQ fanout exchange bound to 1/4/16 durable queues, alternating
                         rounds, and store bytes per publish; env ROUNDS, RECEIPTS, BROKERS, OUT
