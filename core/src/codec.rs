@@ -710,6 +710,14 @@ fn encode_pairs<'a>(
                 w.u8(13);
                 w.i64(v.as_millis())
             }
+            PropertyValue::LocalTimestamp(v) => {
+                w.u8(17);
+                w.i64(v.as_millis())
+            }
+            PropertyValue::TimeSpan(v) => {
+                w.u8(18);
+                w.i64(*v)
+            }
             PropertyValue::Uuid(v) => {
                 w.u8(14);
                 w.0.put_slice(v.as_bytes())
@@ -756,6 +764,8 @@ fn decode_pairs(r: &mut Reader<'_>) -> DecodeResult<Vec<(String, PropertyValue)>
             14 => PropertyValue::Uuid(Uuid::from_bytes(r.array()?)),
             15 => PropertyValue::Binary(r.bytes()?),
             16 => PropertyValue::String(r.str()?),
+            17 => PropertyValue::LocalTimestamp(Timestamp::from_millis(r.i64()?)),
+            18 => PropertyValue::TimeSpan(r.i64()?),
             t => return Err(r.corrupted(&format!("unknown property type {t}"))),
         };
         props.push((name, value));
@@ -1312,7 +1322,12 @@ mod tests {
                 },
                 action: Some(RuleAction {
                     expression: "SET n = @n".into(),
-                    parameters: vec![("@n".into(), PropertyValue::Long(7))],
+                    parameters: vec![
+                        ("@n".into(), PropertyValue::Long(7)),
+                        // ATOM's naive dateTime and duration (property types 17 and 18).
+                        ("@at".into(), PropertyValue::LocalTimestamp(Timestamp::from_millis(9))),
+                        ("@span".into(), PropertyValue::TimeSpan(-60_000)),
+                    ],
                 }),
             }),
             EntityDescription::Rule(RuleDescription {

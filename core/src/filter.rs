@@ -93,7 +93,10 @@ impl ParameterValue {
                 PropertyValue::Float(n) => Literal::Double((*n).into()),
                 PropertyValue::Double(n) => Literal::Double(*n),
                 PropertyValue::Char(c) => Literal::Char(*c),
-                PropertyValue::Timestamp(t) => Literal::DateTime(t.as_millis()),
+                PropertyValue::Timestamp(t) | PropertyValue::LocalTimestamp(t) => {
+                    Literal::DateTime(t.as_millis())
+                }
+                PropertyValue::TimeSpan(ms) => Literal::TimeSpan(*ms),
                 PropertyValue::Uuid(u) => Literal::Guid(*u),
                 PropertyValue::String(s) => Literal::String(s.clone()),
             },

@@ -30,6 +30,14 @@ pub enum PropertyValue {
     Uuid(Uuid),
     Binary(Bytes),
     String(String),
+    /// A date and time without a zone (.NET's `DateTimeKind.Unspecified`), as a rule parameter
+    /// or correlation-filter property created over ATOM can carry it: it compares and encodes as
+    /// the UTC instant with the same digits, and is described again without a zone.
+    LocalTimestamp(Timestamp),
+    /// A .NET `TimeSpan` in milliseconds (negative allowed), as a rule parameter or
+    /// correlation-filter property created over ATOM (`duration`) carries it. No message carries
+    /// one: SQL actions refuse to store a TimeSpan in a property.
+    TimeSpan(i64),
 }
 
 /// Application properties, by name.
@@ -167,7 +175,9 @@ pub(crate) fn value_size(value: &PropertyValue) -> usize {
         PropertyValue::ULong(_)
         | PropertyValue::Long(_)
         | PropertyValue::Double(_)
-        | PropertyValue::Timestamp(_) => 9,
+        | PropertyValue::Timestamp(_)
+        | PropertyValue::LocalTimestamp(_)
+        | PropertyValue::TimeSpan(_) => 9,
         PropertyValue::Uuid(_) => 17,
         PropertyValue::Binary(b) => 5 + b.len(),
         PropertyValue::String(s) => 5 + s.len(),

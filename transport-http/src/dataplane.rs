@@ -291,7 +291,10 @@ fn header_value(value: &PropertyValue) -> Option<HeaderValue> {
         PropertyValue::Double(v) if v.is_finite() => format!("{v:?}"),
         PropertyValue::Float(_) | PropertyValue::Double(_) => return None,
         PropertyValue::Char(c) => format!("\"{c}\""),
-        PropertyValue::Timestamp(t) => format!("\"{}\"", rfc1123(*t)),
+        PropertyValue::Timestamp(t) | PropertyValue::LocalTimestamp(t) => {
+            format!("\"{}\"", rfc1123(*t))
+        }
+        PropertyValue::TimeSpan(ms) => ms.to_string(),
         PropertyValue::Uuid(u) => format!("\"{u}\""),
         PropertyValue::String(s) => format!("\"{s}\""),
     };

@@ -97,7 +97,10 @@ impl<'a> Value<'a> {
             PropertyValue::Float(n) => Value::Double((*n).into()),
             PropertyValue::Double(n) => Value::Double(*n),
             PropertyValue::Char(c) => Value::Char(*c),
-            PropertyValue::Timestamp(t) => Value::DateTime(t.as_millis()),
+            PropertyValue::Timestamp(t) | PropertyValue::LocalTimestamp(t) => {
+                Value::DateTime(t.as_millis())
+            }
+            PropertyValue::TimeSpan(ms) => Value::TimeSpan(*ms),
             PropertyValue::Uuid(u) => Value::Guid(*u),
             PropertyValue::Binary(b) => Value::Binary(b),
             PropertyValue::String(s) => Value::String(Cow::Borrowed(s)),

@@ -297,7 +297,11 @@ pub(super) fn put_property_value(out: &mut impl BufMut, v: &PropertyValue) {
             out.put_u8(0x73);
             out.put_u32(u32::from(*c));
         }
-        PropertyValue::Timestamp(t) => put_timestamp(out, t.as_millis()),
+        PropertyValue::Timestamp(t) | PropertyValue::LocalTimestamp(t) => {
+            put_timestamp(out, t.as_millis())
+        }
+        // Only rule descriptions hold TimeSpans (SQL actions do not store them in messages).
+        PropertyValue::TimeSpan(ms) => put_long(out, *ms),
         PropertyValue::Uuid(u) => {
             out.put_u8(0x98);
             out.put_slice(u.as_bytes());

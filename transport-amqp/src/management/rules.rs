@@ -8,7 +8,7 @@
 //! extra `rule-name` inside `rule-description` is ignored. Enumerated rules are described
 //! values whose codes the SDKs decode (Appendix A of amqp.md).
 
-use fe2o3_amqp_types::primitives::{OrderedMap, Timestamp as AmqpTimestamp, Value};
+use fe2o3_amqp_types::primitives::{OrderedMap, Symbol, Timestamp as AmqpTimestamp, Value};
 use ironbus_core::{
     Broker, CorrelationFilterDescription, EntityAddress, EntityDescription, EntityInfo, EntityPath,
     PathShape, PropertyValue, RuleAction, RuleDescription, RuleFilter, SubQueue,
@@ -261,9 +261,14 @@ fn amqp_value(value: &PropertyValue) -> Value {
         PropertyValue::Float(v) => Value::Float((*v).into()),
         PropertyValue::Double(v) => Value::Double((*v).into()),
         PropertyValue::Char(v) => Value::Char(*v),
-        PropertyValue::Timestamp(t) => {
+        PropertyValue::Timestamp(t) | PropertyValue::LocalTimestamp(t) => {
             Value::Timestamp(AmqpTimestamp::from_milliseconds(t.as_millis()))
         }
+        // Service Bus's described TimeSpan: com.microsoft:timespan, .NET ticks (100 ns).
+        PropertyValue::TimeSpan(ms) => Value::Described(Box::new(Described {
+            descriptor: Descriptor::Name(Symbol::from("com.microsoft:timespan")),
+            value: Value::Long(ms.saturating_mul(10_000)),
+        })),
         PropertyValue::Uuid(u) => Value::Uuid((*u.as_bytes()).into()),
         PropertyValue::Binary(b) => Value::Binary(b.to_vec().into()),
         PropertyValue::String(s) => Value::String(s.clone()),

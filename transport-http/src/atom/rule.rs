@@ -13,7 +13,7 @@ use ironbus_core::{
 
 use crate::atom::{self, entry_document, escape, optional, CONNECT_NS, XSI_NS};
 use crate::error::HttpError;
-use crate::timefmt::{iso8601, parse_iso8601};
+use crate::timefmt::{iso8601, parse_iso8601, parse_xml_duration, xml_duration};
 
 const XSD_NS: &str = "http://www.w3.org/2001/XMLSchema";
 
@@ -121,6 +121,14 @@ fn typed_value(value: &PropertyValue) -> String {
         PropertyValue::Double(v) => ("double", v.to_string()),
         PropertyValue::Char(c) => ("string", c.to_string()),
         PropertyValue::Timestamp(t) => ("dateTime", iso8601(*t)),
+        // Without a zone, as it was given.
+        PropertyValue::LocalTimestamp(t) => {
+            ("dateTime", iso8601(*t).trim_end_matches('Z').to_owned())
+        }
+        PropertyValue::TimeSpan(ms) => {
+            let length = xml_duration(std::time::Duration::from_millis(ms.unsigned_abs()));
+            ("duration", if *ms < 0 { format!("-{length}") } else { length })
+        }
         PropertyValue::Uuid(u) => ("string", u.to_string()),
         PropertyValue::Binary(b) => ("string", String::from_utf8_lossy(b).into_owned()),
         PropertyValue::String(s) => ("string", s.clone()),
@@ -265,8 +273,11 @@ fn parse_value(key: &str, node: roxmltree::Node<'_, '_>) -> Result<PropertyValue
     let t = text.trim();
     Ok(match xsi_type(node).unwrap_or("string") {
         "string" | "anyURI" | "guid" | "char" => PropertyValue::String(text.to_owned()),
-        // TimeSpan has no property type of its own: kept as its XML text.
-        "duration" => PropertyValue::String(t.to_owned()),
+        "duration" => {
+            let (sign, length) = t.strip_prefix('-').map_or((1, t), |rest| (-1, rest));
+            let length = parse_xml_duration(length).ok_or_else(|| bad("duration"))?;
+            PropertyValue::TimeSpan(sign * i64::try_from(length.as_millis()).unwrap_or(i64::MAX))
+        }
         "boolean" => match t.to_ascii_lowercase().as_str() {
             "true" => PropertyValue::Bool(true),
             "false" => PropertyValue::Bool(false),
@@ -281,7 +292,17 @@ fn parse_value(key: &str, node: roxmltree::Node<'_, '_>) -> Result<PropertyValue
         "double" | "float" | "decimal" => {
             PropertyValue::Double(t.parse().map_err(|_| bad("double"))?)
         }
-        "dateTime" => PropertyValue::Timestamp(parse_iso8601(t).ok_or_else(|| bad("dateTime"))?),
+        "dateTime" => {
+            let at = parse_iso8601(t).ok_or_else(|| bad("dateTime"))?;
+            // A zone (Z, +hh:mm, -hh:mm) after the time makes it an instant; without one it is
+            // .NET's DateTimeKind.Unspecified, and is described back the same way.
+            let zoned = t.split_once('T').is_some_and(|(_, time)| time.contains(['Z', '+', '-']));
+            if zoned {
+                PropertyValue::Timestamp(at)
+            } else {
+                PropertyValue::LocalTimestamp(at)
+            }
+        }
         other => {
             return Err(HttpError::bad_request(format!(
                 "the value of {key} has the unsupported type {other:?}"
@@ -350,6 +371,42 @@ mod tests {
             }),
             action: None,
         });
+    }
+
+    #[test]
+    fn date_times_keep_their_zone_or_its_absence_and_durations_stay_durations() {
+        let value = |xsd: &str, text: &str| {
+            let xml = format!(
+                r#"<RuleDescription xmlns="{CONNECT_NS}" xmlns:i="{XSI_NS}"><Filter i:type="CorrelationFilter"><Properties><KeyValueOfstringanyType><Key>k</Key><Value xmlns:d6p1="{XSD_NS}" i:type="d6p1:{xsd}">{text}</Value></KeyValueOfstringanyType></Properties></Filter></RuleDescription>"#
+            );
+            let Described::Rule(rule) = parse_description(xml.as_bytes()).unwrap().0 else {
+                panic!()
+            };
+            let RuleFilter::Correlation(c) = rule.filter else { panic!() };
+            c.properties[0].1.clone()
+        };
+        let at = Timestamp::from_millis(1_593_947_533_000); // 2020-07-05T11:12:13Z
+        assert_eq!(value("dateTime", "2020-07-05T11:12:13Z"), PropertyValue::Timestamp(at));
+        assert_eq!(value("dateTime", "2020-07-05T13:12:13+02:00"), PropertyValue::Timestamp(at));
+        assert_eq!(value("dateTime", "2020-07-05T11:12:13"), PropertyValue::LocalTimestamp(at));
+        let day_and_a_bit = (26 * 3600 + 3 * 60) * 1000;
+        assert_eq!(value("duration", "P1DT2H3M"), PropertyValue::TimeSpan(day_and_a_bit));
+        assert_eq!(value("duration", "-PT1S"), PropertyValue::TimeSpan(-1000));
+        // Described back as given: no zone added, a duration typed as one.
+        let xml = round_trip(RuleDescription {
+            filter: RuleFilter::Sql {
+                expression: "a = @local AND b = @span AND c = @back".into(),
+                parameters: vec![
+                    ("@local".into(), PropertyValue::LocalTimestamp(at)),
+                    ("@span".into(), PropertyValue::TimeSpan(day_and_a_bit)),
+                    ("@back".into(), PropertyValue::TimeSpan(-1000)),
+                ],
+            },
+            action: None,
+        });
+        assert!(xml.contains(r#"i:type="d6p1:dateTime">2020-07-05T11:12:13.000</Value>"#), "{xml}");
+        assert!(xml.contains(r#"i:type="d6p1:duration">P1DT2H3M</Value>"#), "{xml}");
+        assert!(xml.contains(r#"i:type="d6p1:duration">-PT1S</Value>"#), "{xml}");
     }
 
     #[test]
