@@ -118,6 +118,8 @@ enum Event {
     SessionAccepted(links::Accepted),
     /// A discharge (commit or rollback) finished (`transactions.rs`).
     Discharged(Discharged),
+    /// Time to look again at session links whose lock expired (`links.rs`).
+    LockLossDue,
 }
 
 /// Serves one connection, given as the two halves of its byte stream (a TCP socket's, a TLS
@@ -391,6 +393,8 @@ struct Connection {
     watcher: Arc<Notify>,
     /// The transactions this connection declared and has not discharged.
     txns: Transactions,
+    /// Session links whose lock expired, and since when (detached a moment later: `links.rs`).
+    lost_since: HashMap<(u16, u32), Instant>,
 }
 
 impl Connection {
@@ -415,6 +419,7 @@ impl Connection {
             settles: Vec::new(),
             acks: Vec::new(),
             txns: Transactions::new(cx.broker.clone()),
+            lost_since: HashMap::new(),
             watcher,
             cx,
         }
@@ -778,6 +783,8 @@ impl Connection {
             }
             Event::SessionAccepted(accepted) => self.on_session_accepted(accepted),
             Event::Discharged(discharged) => self.on_discharged(discharged),
+            // The loop's pump detaches what is due.
+            Event::LockLossDue => {}
         }
     }
 }

@@ -278,6 +278,27 @@ async fn accept_next_times_out_and_a_lost_lock_detaches_the_link() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_closes_its_link_as_the_lock_runs_out_gets_a_clean_close() {
+    // The Python SDK stops receiving after a wait as long as the lock and closes the link: the
+    // lock expires a few milliseconds before. Our detach comes a moment (1 s) after the loss,
+    // so the client's own close is answered as a close, not as session-lock-lost.
+    let (_broker, clock, url, _trigger) = start().await;
+    let mut connection = guard(Connection::open("sessions-close", url.as_str())).await.unwrap();
+    let mut session = guard(Session::begin(&mut connection)).await.unwrap();
+    let mut sender = guard(Sender::attach(&mut session, "sender", "sq")).await.unwrap();
+    send(&mut sender, "s1", "x").await;
+    let mut held = attach(&mut session, "held", Some("s1"), None).await.unwrap();
+    guard(held.recv::<Data>()).await.unwrap();
+    clock.advance(Duration::from_secs(61));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard(held.close()).await.expect("a clean close, not a session-lock-lost detach");
+    // The session is free again, its unsettled message back in it.
+    let mut again = attach(&mut session, "again", Some("s1"), None).await.unwrap();
+    assert_eq!(bodies(&mut again, 1).await, ["x"]);
+    connection.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_operations_on_the_management_node() {
     let (_broker, _clock, url, _trigger) = start().await;
     let mut connection = guard(Connection::open("sessions-mgmt", url.as_str())).await.unwrap();

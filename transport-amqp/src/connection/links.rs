@@ -58,6 +58,8 @@ impl InboundLink {
 const SESSION_FILTER: &str = "com.microsoft:session-filter";
 /// How long an accept-next waits when the client names no `com.microsoft:timeout`.
 const DEFAULT_ACCEPT_WAIT: Duration = Duration::from_secs(60);
+/// How long a session link whose lock expired stays attached before we detach it.
+const LOCK_LOSS_NOTICE: Duration = Duration::from_secs(1);
 /// .NET ticks (100 ns since 0001-01-01) at the Unix epoch.
 const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
 
@@ -380,8 +382,13 @@ impl Connection {
     }
 
     /// Detaches every session link whose session lock was lost (expired), with
-    /// `com.microsoft:session-lock-lost`; its unsettled deliveries are forgotten.
+    /// `com.microsoft:session-lock-lost`, [`LOCK_LOSS_NOTICE`] after the loss was seen; its
+    /// unsettled deliveries are forgotten. The session is free for others at once; the link
+    /// just stays attached, delivering nothing, for that moment: a client that stops receiving
+    /// as its lock runs out (the Python SDK's receive wait equal to the lock duration) closes
+    /// the link itself, as against Service Bus, instead of racing our detach by milliseconds.
     pub(super) fn detach_lost_sessions(&mut self) {
+        let now = Instant::now();
         let mut lost = Vec::new();
         for (channel, session) in &self.sessions {
             for (handle, link) in &session.links {
@@ -396,7 +403,24 @@ impl Connection {
                 }
             }
         }
-        for (channel, handle) in lost {
+        let mut since = std::mem::take(&mut self.lost_since);
+        since.retain(|key, _| lost.contains(key));
+        let mut due = Vec::new();
+        for key in lost {
+            let seen = *since.entry(key).or_insert_with(|| {
+                self.pending.push(Box::pin(async {
+                    tokio::time::sleep(LOCK_LOSS_NOTICE).await;
+                    Event::LockLossDue
+                }));
+                now
+            });
+            if now.duration_since(seen) >= LOCK_LOSS_NOTICE {
+                since.remove(&key);
+                due.push(key);
+            }
+        }
+        self.lost_since = since;
+        for (channel, handle) in due {
             let Some(session) = self.sessions.get_mut(&channel) else { continue };
             session.links.remove(&handle);
             session.forget_link(handle, true);
