@@ -114,20 +114,26 @@ pub fn iso8601(t: Timestamp) -> String {
 /// Parses an XML Schema `dateTime`: `2024-01-01T10:00:00Z`, with optional fractional seconds
 /// and a `Z`, `+hh:mm` or `-hh:mm` zone (none means UTC).
 pub fn parse_iso8601(text: &str) -> Option<Timestamp> {
+    parse_iso8601_zoned(text).map(|(at, _)| at)
+}
+
+/// [`parse_iso8601`], and whether the text named a zone (without one, .NET reads it as
+/// `DateTimeKind.Unspecified`).
+pub fn parse_iso8601_zoned(text: &str) -> Option<(Timestamp, bool)> {
     let text = text.trim();
     let (date, time) = text.split_once('T')?;
     let mut ymd = date.splitn(3, '-');
     let (y, mo, d): (i64, u32, u32) =
         (ymd.next()?.parse().ok()?, ymd.next()?.parse().ok()?, ymd.next()?.parse().ok()?);
-    let (clock, offset_minutes) = if let Some(t) = time.strip_suffix('Z') {
-        (t, 0i64)
+    let (clock, offset_minutes, zoned) = if let Some(t) = time.strip_suffix('Z') {
+        (t, 0i64, true)
     } else if let Some(at) = time.rfind(['+', '-']) {
         let (t, zone) = time.split_at(at);
         let sign = if zone.starts_with('-') { -1 } else { 1 };
         let (zh, zm) = zone[1..].split_once(':')?;
-        (t, sign * (zh.parse::<i64>().ok()? * 60 + zm.parse::<i64>().ok()?))
+        (t, sign * (zh.parse::<i64>().ok()? * 60 + zm.parse::<i64>().ok()?), true)
     } else {
-        (time, 0)
+        (time, 0, false)
     };
     let mut hms = clock.splitn(3, ':');
     let (h, mi): (i64, i64) = (hms.next()?.parse().ok()?, hms.next()?.parse().ok()?);
@@ -138,7 +144,7 @@ pub fn parse_iso8601(text: &str) -> Option<Timestamp> {
     let days = days_from_civil(y, mo, d);
     let millis = (days * 86_400 + h * 3600 + mi * 60 - offset_minutes * 60) * 1000
         + (seconds * 1000.0).floor() as i64;
-    Some(Timestamp::from_millis(millis))
+    Some((Timestamp::from_millis(millis), zoned))
 }
 
 /// An XML Schema duration: `PT1M`, `P1DT2H`, `PT0.5S`; [`TIME_SPAN_MAX_XML`] for "never".

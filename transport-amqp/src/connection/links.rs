@@ -388,7 +388,6 @@ impl Connection {
     /// as its lock runs out (the Python SDK's receive wait equal to the lock duration) closes
     /// the link itself, as against Service Bus, instead of racing our detach by milliseconds.
     pub(super) fn detach_lost_sessions(&mut self) {
-        let now = Instant::now();
         let mut lost = Vec::new();
         for (channel, session) in &self.sessions {
             for (handle, link) in &session.links {
@@ -403,6 +402,11 @@ impl Connection {
                 }
             }
         }
+        // The common case on every pass of the loop: nothing lost, nothing waiting.
+        if lost.is_empty() && self.lost_since.is_empty() {
+            return;
+        }
+        let now = Instant::now();
         let mut since = std::mem::take(&mut self.lost_since);
         since.retain(|key, _| lost.contains(key));
         let mut due = Vec::new();

@@ -13,7 +13,7 @@ use ironbus_core::{
 
 use crate::atom::{self, entry_document, escape, optional, CONNECT_NS, XSI_NS};
 use crate::error::HttpError;
-use crate::timefmt::{iso8601, parse_iso8601, parse_xml_duration, xml_duration};
+use crate::timefmt::{iso8601, parse_iso8601_zoned, parse_xml_duration, xml_duration};
 
 const XSD_NS: &str = "http://www.w3.org/2001/XMLSchema";
 
@@ -293,10 +293,9 @@ fn parse_value(key: &str, node: roxmltree::Node<'_, '_>) -> Result<PropertyValue
             PropertyValue::Double(t.parse().map_err(|_| bad("double"))?)
         }
         "dateTime" => {
-            let at = parse_iso8601(t).ok_or_else(|| bad("dateTime"))?;
-            // A zone (Z, +hh:mm, -hh:mm) after the time makes it an instant; without one it is
-            // .NET's DateTimeKind.Unspecified, and is described back the same way.
-            let zoned = t.split_once('T').is_some_and(|(_, time)| time.contains(['Z', '+', '-']));
+            // A zone makes it an instant; without one it is .NET's DateTimeKind.Unspecified,
+            // and is described back the same way.
+            let (at, zoned) = parse_iso8601_zoned(t).ok_or_else(|| bad("dateTime"))?;
             if zoned {
                 PropertyValue::Timestamp(at)
             } else {
