@@ -59,6 +59,7 @@ use self::address::{resolve, Node};
 use self::cbs::Grants;
 use self::deliveries::{Settle, SettleAnswer, Unsettled};
 use self::links::{LinkState, Outbound, OutboundLink};
+use self::requests::RequestDelivery;
 use self::session::{no_session, Session};
 use self::transactions::{Discharged, Transactions};
 use self::transfers::Partial;
@@ -113,7 +114,7 @@ enum Event {
     /// A drain finished: every message that used credit is in the link's buffer.
     Drained { channel: u16, handle: u32 },
     /// A management response is ready.
-    Response { channel: u16, node: String, reply_to: Option<String>, payload: Bytes },
+    Response { request: RequestDelivery, node: String, reply_to: Option<String>, payload: Bytes },
     /// An accept-next for a session receiver attach finished (`links.rs`).
     SessionAccepted(links::Accepted),
     /// A discharge (commit or rollback) finished (`transactions.rs`).
@@ -778,8 +779,8 @@ impl Connection {
                 let count = link.delivery_count;
                 self.write_link_flow(channel, handle, count, 0, true);
             }
-            Event::Response { channel, node, reply_to, payload } => {
-                self.respond(channel, node, reply_to, payload)
+            Event::Response { request, node, reply_to, payload } => {
+                self.respond(request, node, reply_to, payload)
             }
             Event::SessionAccepted(accepted) => self.on_session_accepted(accepted),
             Event::Discharged(discharged) => self.on_discharged(discharged),

@@ -8,6 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::raw_client::{flow, link_attach, map, request, value, Raw};
 use fe2o3_amqp::transaction::{
     Controller, Transaction, TransactionDischarge, TransactionPosting, TransactionRetirement,
 };
@@ -15,13 +16,10 @@ use fe2o3_amqp::types::definitions::{
     ErrorCondition, Handle, ReceiverSettleMode, Role, SenderSettleMode,
 };
 use fe2o3_amqp::types::messaging::{
-    Accepted, AmqpValue, ApplicationProperties, Data, DeliveryState, Message, MessageAnnotations,
-    MessageId, Outcome, Properties, Source, Target, TargetArchetype,
+    Accepted, Data, DeliveryState, Message, MessageAnnotations, Outcome, Source, TargetArchetype,
 };
-use fe2o3_amqp::types::performatives::{Attach, Detach, Disposition, Performative, Transfer};
-use fe2o3_amqp::types::primitives::{
-    Array, Binary, OrderedMap, SimpleValue, Symbol, Timestamp as AmqpTimestamp, Value,
-};
+use fe2o3_amqp::types::performatives::{Attach, Detach, Disposition, Performative};
+use fe2o3_amqp::types::primitives::{Array, Binary, Symbol, Timestamp as AmqpTimestamp, Value};
 use fe2o3_amqp::types::transaction::{
     Coordinator, Declare, Discharge, TransactionError, TransactionalState, TxnCapability,
 };
@@ -31,9 +29,6 @@ use ironbus_core::{
     Timestamp,
 };
 use ironbus_store_memory::MemoryStore;
-use ironbus_transport_amqp::frame::{FrameReader, InFrame};
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 /// A broker (manual clock) with queues `q1` and `q2` behind an AMQP listener; its SASL PLAIN
 /// URL and its address.
@@ -207,109 +202,7 @@ async fn a_timed_out_transaction_refuses_work_and_its_discharge_is_unknown() {
 
 // ---- raw frames, as .NET and Java send them ----
 
-/// A hand-driven client on a raw socket, authenticated with SASL PLAIN.
-struct Raw {
-    write: OwnedWriteHalf,
-    reader: FrameReader<OwnedReadHalf>,
-    /// Frames read and not yet asked for.
-    seen: Vec<(u16, Performative, bytes::Bytes)>,
-}
-
 impl Raw {
-    async fn connect(addr: &str) -> Raw {
-        Raw::connect_with(addr, common::raw::sasl_init()).await
-    }
-
-    /// Connects with SASL ANONYMOUS: no claims, as the Rust SDK before its CBS put-token.
-    async fn anonymous(addr: &str) -> Raw {
-        let mut init = bytes::BytesMut::new();
-        let anonymous = fe2o3_amqp::types::sasl::SaslInit {
-            mechanism: Symbol::from("ANONYMOUS"),
-            initial_response: None,
-            hostname: None,
-        };
-        let frame = fe2o3_amqp::frames::sasl::Frame::Init(anonymous);
-        ironbus_transport_amqp::frame::write_sasl(&mut init, &frame);
-        Raw::connect_with(addr, init.to_vec()).await
-    }
-
-    async fn connect_with(addr: &str, sasl_init: Vec<u8>) -> Raw {
-        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (read, write) = stream.into_split();
-        let mut reader = FrameReader::new(read);
-        reader.set_max_frame_size(1 << 20);
-        let mut raw = Raw { write, reader, seen: Vec::new() };
-        let mut hello = common::raw::SASL_HEADER.to_vec();
-        hello.extend(sasl_init);
-        hello.extend(common::raw::AMQP_HEADER);
-        hello.extend(common::raw::open());
-        raw.write(hello).await;
-        raw.reader.read_header().await.unwrap();
-        // The SASL mechanisms, then the outcome, then the AMQP header.
-        while !matches!(
-            guard(raw.reader.read_frame()).await.expect("a SASL frame"),
-            InFrame::Sasl(fe2o3_amqp::frames::sasl::Frame::Outcome(_))
-        ) {}
-        raw.reader.read_header().await.unwrap();
-        raw.expect(|_, p| matches!(p, Performative::Open(_))).await;
-        raw
-    }
-
-    async fn write(&mut self, bytes: Vec<u8>) {
-        self.write.write_all(&bytes).await.unwrap();
-    }
-
-    async fn frame(&mut self, channel: u16, performative: Performative) {
-        let mut out = bytes::BytesMut::new();
-        ironbus_transport_amqp::frame::write_performative(&mut out, channel, &performative);
-        self.write(out.to_vec()).await;
-    }
-
-    async fn begin(&mut self, channel: u16) {
-        let mut begin = common::raw::begin();
-        // The channel is in bytes 6..8 of the frame header.
-        begin[6..8].copy_from_slice(&channel.to_be_bytes());
-        self.write(begin).await;
-        self.expect(|ch, p| ch == channel && matches!(p, Performative::Begin(_))).await;
-    }
-
-    /// Reads until a frame `done` accepts (frames read before it are kept for later).
-    async fn expect(
-        &mut self,
-        mut done: impl FnMut(u16, &Performative) -> bool,
-    ) -> (u16, Performative, bytes::Bytes) {
-        if let Some(i) = self.seen.iter().position(|(ch, p, _)| done(*ch, p)) {
-            return self.seen.remove(i);
-        }
-        loop {
-            match guard(self.reader.read_frame()).await.expect("a frame") {
-                InFrame::Amqp { channel, performative, payload } => {
-                    if done(channel, &performative) {
-                        return (channel, *performative, payload);
-                    }
-                    self.seen.push((channel, *performative, payload));
-                }
-                InFrame::Sasl(_) | InFrame::Empty => {}
-            }
-        }
-    }
-
-    /// Attaches a link (sender when `role` is the sender role) and waits for the broker's
-    /// attach; returns it.
-    async fn attach(&mut self, channel: u16, attach: Attach) -> Attach {
-        let handle = attach.handle.0;
-        self.frame(channel, Performative::Attach(attach)).await;
-        match self
-            .expect(|ch, p| {
-                ch == channel && matches!(p, Performative::Attach(a) if a.handle.0 == handle)
-            })
-            .await
-        {
-            (_, Performative::Attach(a), _) => a,
-            _ => unreachable!(),
-        }
-    }
-
     async fn coordinator(&mut self, channel: u16, handle: u32, capabilities: Vec<TxnCapability>) {
         let reply = self.attach(channel, coordinator_attach(handle, capabilities)).await;
         match reply.target.as_deref() {
@@ -321,82 +214,7 @@ impl Raw {
         }
     }
 
-    /// Sends a transfer of `payload` on link `handle` (delivery `id`, tag = id).
-    async fn transfer(
-        &mut self,
-        channel: u16,
-        handle: u32,
-        id: u32,
-        settled: bool,
-        state: Option<DeliveryState>,
-        payload: Vec<u8>,
-    ) {
-        self.transfer_format(channel, (handle, id), settled, state, 0, payload).await;
-    }
-
-    /// Sends a transfer of `payload` in message format `format` on link `handle` (delivery
-    /// `id`, tag = id).
-    async fn transfer_format(
-        &mut self,
-        channel: u16,
-        (handle, id): (u32, u32),
-        settled: bool,
-        state: Option<DeliveryState>,
-        format: u32,
-        payload: Vec<u8>,
-    ) {
-        let transfer = Transfer {
-            handle: Handle(handle),
-            delivery_id: Some(id),
-            delivery_tag: Some(id.to_be_bytes().to_vec().into()),
-            message_format: Some(format),
-            settled: Some(settled),
-            more: false,
-            rcv_settle_mode: None,
-            state,
-            resume: false,
-            aborted: false,
-            batchable: false,
-        };
-        let mut out = bytes::BytesMut::new();
-        ironbus_transport_amqp::frame::write_transfer(
-            &mut out,
-            channel,
-            transfer,
-            payload.into(),
-            65536,
-        );
-        self.write(out.to_vec()).await;
-    }
-
-    /// The broker's disposition (as receiver of our transfers) of delivery `id`.
-    async fn outcome(&mut self, channel: u16, id: u32) -> DeliveryState {
-        let (_, p, _) = self
-            .expect(|ch, p| {
-                ch == channel
-                    && matches!(p, Performative::Disposition(d)
-                        if d.role == Role::Receiver && d.first <= id && id <= d.last.unwrap_or(d.first))
-            })
-            .await;
-        match p {
-            Performative::Disposition(d) => {
-                assert!(d.settled);
-                d.state.expect("a state")
-            }
-            _ => unreachable!(),
-        }
-    }
-
     /// Declares on coordinator link `handle` (delivery `id`); returns the txn-id.
-    /// The status and error condition of the next management response (on channel 1,
-    /// handle 1).
-    async fn response(&mut self) -> (i32, Option<String>) {
-        let (_, _, payload) = self
-            .expect(|ch, p| ch == 1 && matches!(p, Performative::Transfer(t) if t.handle.0 == 1))
-            .await;
-        status(&payload)
-    }
-
     async fn declare(&mut self, channel: u16, handle: u32, id: u32) -> Binary {
         self.transfer(channel, handle, id, false, None, value(Declare { global_id: None })).await;
         match self.outcome(channel, id).await {
@@ -431,10 +249,6 @@ impl Raw {
     }
 }
 
-fn value<T: serde::Serialize>(value: T) -> Vec<u8> {
-    serde_amqp::to_vec(&AmqpValue(value)).unwrap()
-}
-
 fn transactional(txn_id: &Binary, outcome: Option<Outcome>) -> Option<DeliveryState> {
     Some(DeliveryState::TransactionalState(TransactionalState { txn_id: txn_id.clone(), outcome }))
 }
@@ -457,40 +271,6 @@ fn coordinator_attach(handle: u32, capabilities: Vec<TxnCapability>) -> Attach {
         desired_capabilities: None,
         properties: None,
     }
-}
-
-fn link_attach(handle: u32, role: Role, address: &str, target: Option<&str>) -> Attach {
-    let sender = role == Role::Sender;
-    let (source, target) = match role {
-        Role::Sender => (None, Some(address.to_owned())),
-        Role::Receiver => (Some(address.to_owned()), target.map(str::to_owned)),
-    };
-    Attach {
-        name: format!("link-{handle}"),
-        handle: Handle(handle),
-        role,
-        snd_settle_mode: SenderSettleMode::Unsettled,
-        rcv_settle_mode: ReceiverSettleMode::Second,
-        source: Some(Box::new(Source::builder().address(source.unwrap_or_default()).build())),
-        target: Some(Box::new(TargetArchetype::Target(Target {
-            address: target,
-            ..Target::builder().build()
-        }))),
-        unsettled: None,
-        incomplete_unsettled: false,
-        initial_delivery_count: sender.then_some(0),
-        max_message_size: None,
-        offered_capabilities: None,
-        desired_capabilities: None,
-        properties: None,
-    }
-}
-
-/// A link's flow giving `credit` (channel 0's framing, rewritten for `channel`).
-fn flow(channel: u16, handle: u32, credit: u32) -> Vec<u8> {
-    let mut flow = common::raw::flow(Some(handle), credit, false);
-    flow[6..8].copy_from_slice(&channel.to_be_bytes());
-    flow
 }
 
 /// An encoded message with a data body `body`.
@@ -571,37 +351,6 @@ async fn a_cross_entity_session_completes_on_q1_and_sends_to_q2_in_one_transacti
     // A discharged txn-id is unknown from then on.
     let again = raw.discharge(0, 0, 3, &txn, false).await;
     rejected_with(&again, "amqp:transaction:unknown-id");
-}
-
-/// A `$management` request message for `operation` with `body` (message-id `id`).
-fn request(operation: &str, id: u64, reply_to: &str, body: Value) -> Vec<u8> {
-    let properties = Properties::builder()
-        .message_id(MessageId::Ulong(id))
-        .reply_to(reply_to.to_owned())
-        .build();
-    let application = ApplicationProperties::builder().insert("operation", operation).build();
-    let mut out = serde_amqp::to_vec(&properties).unwrap();
-    out.extend(serde_amqp::to_vec(&application).unwrap());
-    out.extend(value(body));
-    out
-}
-
-fn map(entries: Vec<(&str, Value)>) -> Value {
-    let mut m = OrderedMap::new();
-    for (k, v) in entries {
-        m.insert(Value::String(k.to_owned()), v);
-    }
-    Value::Map(m)
-}
-
-/// Status and error condition of a management response payload.
-fn status(payload: &[u8]) -> (i32, Option<String>) {
-    let request = ironbus_transport_amqp::request::Request::decode(payload).unwrap();
-    let status = match request.application_properties.get("statusCode") {
-        Some(SimpleValue::Int(s)) => *s,
-        other => panic!("statusCode {other:?}"),
-    };
-    (status, request.property("errorCondition"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,12 +51,17 @@ pub(super) fn unauthorized(path: &str, right: Option<Right>) -> WireError {
 impl Connection {
     /// Handles a `$cbs` request. A put-token is checked before the next frame is read, so a link
     /// attached after its answer sees the new claim.
-    pub(super) async fn on_cbs_request(&mut self, channel: u16, path: &str, body: &[u8]) {
+    pub(super) async fn on_cbs_request(
+        &mut self,
+        request_at: RequestDelivery,
+        path: &str,
+        body: &[u8],
+    ) {
         let request = match Request::decode(body) {
             Ok(r) => r,
             Err(e) => {
                 let payload = encode_error(None, Dialect::Cbs, &e);
-                return self.respond(channel, path.to_owned(), None, payload);
+                return self.respond(request_at, path.to_owned(), None, payload);
             }
         };
         let operation = request.property("operation").unwrap_or_default();
@@ -114,7 +119,7 @@ impl Connection {
                 }
             }
         };
-        self.respond(channel, path.to_owned(), request.reply_to, payload);
+        self.respond(request_at, path.to_owned(), request.reply_to, payload);
     }
 }
 

@@ -14,28 +14,27 @@ use crate::request::{encode_error, encode_response, Dialect, Request};
 use super::*;
 
 impl Connection {
-    /// Accepts a request delivery (`$cbs`, `$management`).
-    pub(super) fn settle_request(&mut self, channel: u16, delivery_id: u32, settled: bool) {
-        if !settled {
-            let disposition = Disposition {
-                role: Role::Receiver,
-                first: delivery_id,
-                last: None,
-                settled: true,
-                state: Some(DeliveryState::Accepted(Accepted {})),
-                batchable: false,
-            };
-            frame::write_performative(
-                &mut self.out,
-                channel,
-                &Performative::Disposition(disposition),
-            );
-        }
+    /// Accepts a request delivery (`$cbs`, `$management`) that the client sent unsettled.
+    fn settle_request(&mut self, request: RequestDelivery) {
+        let Some(delivery_id) = request.unsettled else { return };
+        let disposition = Disposition {
+            role: Role::Receiver,
+            first: delivery_id,
+            last: None,
+            settled: true,
+            state: Some(DeliveryState::Accepted(Accepted {})),
+            batchable: false,
+        };
+        frame::write_performative(
+            &mut self.out,
+            request.channel,
+            &Performative::Disposition(disposition),
+        );
     }
 
     pub(super) fn on_management_request(
         &mut self,
-        channel: u16,
+        request_at: RequestDelivery,
         path: String,
         address: EntityAddress,
         body: &[u8],
@@ -45,7 +44,7 @@ impl Connection {
             Ok(r) => r,
             Err(e) => {
                 let payload = encode_error(None, Dialect::Management, &e);
-                return self.respond(channel, path, None, payload);
+                return self.respond(request_at, path, None, payload);
             }
         };
         let reply_to = request.reply_to.clone();
@@ -57,7 +56,7 @@ impl Connection {
             if !self.grants.allows(&path, Some(known.right()), self.now()) {
                 let e = cbs::unauthorized(&path, Some(known.right()));
                 let payload = encode_error(message_id, Dialect::Management, &e);
-                return self.respond(channel, path, reply_to, payload);
+                return self.respond(request_at, path, reply_to, payload);
             }
         }
         // A session operation acts through the session receiver this connection holds.
@@ -72,7 +71,7 @@ impl Connection {
             Ok(txn) => txn,
             Err(e) => {
                 let payload = encode_error(message_id, Dialect::Management, &e);
-                return self.respond(channel, path, reply_to, payload);
+                return self.respond(request_at, path, reply_to, payload);
             }
         };
         let in_transaction = txn.is_some();
@@ -90,7 +89,7 @@ impl Connection {
                 ),
                 Err(e) => encode_error(message_id, Dialect::Management, &e),
             };
-            Event::Response { channel, node: path, reply_to, payload }
+            Event::Response { request: request_at, node: path, reply_to, payload }
         });
         if in_transaction {
             // Its work reaches the transaction now, before a discharge read after it.
@@ -101,16 +100,21 @@ impl Connection {
         self.pending.push(request);
     }
 
-    /// Queues a response on the client's response link for `node`: the link whose target is
+    /// Sends a response on the client's response link for `node` (the link whose target is
     /// the reply-to address, else whose name is, else the one attached to the node in the same
-    /// session.
+    /// session), then settles the request. The response goes first when the link has credit:
+    /// a client that reads one frame at a time from several threads (the sync Python SDK) stops
+    /// reading once it has its response, and the disposition behind it ends the read of a
+    /// thread whose response another thread took, instead of that read waiting out its
+    /// time-out while holding the socket.
     pub(super) fn respond(
         &mut self,
-        channel: u16,
+        request: RequestDelivery,
         node: String,
         reply_to: Option<String>,
         payload: Bytes,
     ) {
+        let channel = request.channel;
         let mut chosen: Option<(u16, u32)> = None;
         if let Some(reply_to) = &reply_to {
             'outer: for (ch, session) in &self.sessions {
@@ -141,7 +145,7 @@ impl Connection {
         self.note_payload(payload.len());
         let Some((ch, h)) = chosen else {
             tracing::debug!(node = %node, ?reply_to, "no response link for a request; response dropped");
-            return;
+            return self.settle_request(request);
         };
         if let Some(LinkState::Outbound(OutboundLink {
             kind: Outbound::Responses { pending },
@@ -150,5 +154,23 @@ impl Connection {
         {
             pending.push_back(payload);
         }
+        if !self.writes_paused() {
+            self.pump_link(ch, h);
+        }
+        self.settle_request(request);
+    }
+}
+
+/// A `$cbs` or `$management` request delivery: the session it arrived on, and its delivery id
+/// while the client awaits its settlement (it was sent unsettled).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct RequestDelivery {
+    pub(super) channel: u16,
+    pub(super) unsettled: Option<u32>,
+}
+
+impl RequestDelivery {
+    pub(super) fn new(channel: u16, delivery_id: u32, settled: bool) -> Self {
+        Self { channel, unsettled: (!settled).then_some(delivery_id) }
     }
 }

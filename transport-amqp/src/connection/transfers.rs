@@ -131,13 +131,13 @@ impl Connection {
                 }
             }
             Node::Cbs => {
-                self.settle_request(channel, delivery_id, settled);
-                self.on_cbs_request(channel, &path, &body).await;
+                let request = RequestDelivery::new(channel, delivery_id, settled);
+                self.on_cbs_request(request, &path, &body).await;
                 self.top_up(channel, handle);
             }
             Node::Management(address) => {
-                self.settle_request(channel, delivery_id, settled);
-                self.on_management_request(channel, path, address, &body, txn);
+                let request = RequestDelivery::new(channel, delivery_id, settled);
+                self.on_management_request(request, path, address, &body, txn);
                 self.top_up(channel, handle);
             }
             Node::Coordinator => self.on_control(channel, handle, delivery_id, settled, &body),

@@ -195,3 +195,6 @@ pub mod raw {
         )
     }
 }
+
+#[allow(dead_code, reason = "used by the raw-frame tests, not by every test binary")]
+pub mod raw_client;
