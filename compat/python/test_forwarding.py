@@ -3,7 +3,7 @@ subscriptions with ``forward_to`` / ``forward_dead_lettered_messages_to``; ``Ser
 sends to the source and receives from the destination (AMQP).
 
 Covers part D's checklist of ../shared/protocol/topics-sessions-transactions.md: a missing
-destination and a session-enabled source are refused; a forwarded message keeps its identity and
+destination and a session-enabled source forwarding to a queue are refused; a forwarded message keeps its identity and
 properties, gets a new sequence number and carries its original one as
 ``enqueued_sequence_number``; a forwarding source cannot be received from or peeked; a chain
 longer than four hops dead-letters with ``MaxTransferHopCountExceeded``; dead letters travel with

@@ -183,23 +183,44 @@ async fn a_destination_must_exist_at_create_and_update() {
     assert!(matches!(e, BrokerError::InvalidArgument { field: "ForwardTo", .. }), "{e:?}");
 }
 
+/// From a session-enabled queue to a queue Service Bus refuses ForwardTo (SubCode 40000); to a
+/// topic it creates it (Microsoft's recording of azure-servicebus's
+/// test_mgmt_queue_create_with_queue_description), and the messages move with their sessions.
 #[tokio::test]
-async fn a_session_enabled_entity_forwards_its_dead_letters_but_not_its_messages() {
+async fn a_session_enabled_entity_forwards_to_a_topic_and_not_to_a_queue() {
     let f = Fixture::new().await;
+    let session = || QueueDescription { requires_session: true, ..QueueDescription::default() };
+    f.queue("sessions", session()).await;
     f.queue("dest", QueueDescription::default()).await;
-    let sessions = QueueDescription { requires_session: true, ..forwarding_to("dest") };
-    let e = f.broker.create_queue("s1", sessions).await.unwrap_err();
-    assert!(
-        matches!(&e, BrokerError::InvalidArgument { field: "ForwardTo", reason }
-            if reason.starts_with("SubCode=40000")),
-        "{e:?}"
-    );
+    guard(f.broker.create_entity(&path("t"), EntityDescription::Topic(Default::default())))
+        .await
+        .unwrap();
+    let all = EntityDescription::Subscription(Default::default());
+    guard(f.broker.create_entity(&path("t/Subscriptions/all"), all)).await.unwrap();
+    for refused in ["sessions", "dest", "s0"] {
+        let to_queue = QueueDescription { forward_to: Some(refused.into()), ..session() };
+        let e = f.broker.create_queue("s0", to_queue).await.unwrap_err();
+        assert!(
+            matches!(&e, BrokerError::InvalidArgument { field: "ForwardTo", reason }
+                if reason.starts_with("SubCode=40000")),
+            "{refused}: {e:?}"
+        );
+    }
+    f.queue("to-topic", QueueDescription { forward_to: Some("t".into()), ..session() }).await;
+    f.send("to-topic", Message::new("in a session").with_session_id("a")).await;
+    f.until_forwarded("to-topic").await;
+    f.until("the topic's subscription has the message", || async {
+        f.peek_all("t/Subscriptions/all").await.len() == 1
+    })
+    .await;
+    let [m] = &f.peek_all("t/Subscriptions/all").await[..] else { panic!("one message") };
+    assert_eq!(m.message.properties.session_id.as_deref(), Some("a"));
+    // Dead letters may go to a queue, session-enabled or not.
     let dead_letters = QueueDescription {
-        requires_session: true,
-        forward_dead_lettered_messages_to: Some("dest".into()),
-        ..QueueDescription::default()
+        forward_dead_lettered_messages_to: Some("sessions".into()),
+        ..session()
     };
-    f.broker.create_queue("s2", dead_letters).await.unwrap();
+    f.queue("s2", dead_letters).await;
 }
 
 // ---- moving ----
