@@ -282,6 +282,40 @@ pub fn validate_entity_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// A namespace's tier, as the management API reports it (`$namespaceinfo`'s MessagingSKU):
+/// it decides the largest message an entity may be set to take.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Tier {
+    /// Messages up to 256 KB; an entity cannot be given another MaxMessageSizeInKilobytes.
+    #[default]
+    Standard,
+    /// MaxMessageSizeInKilobytes from 1,024 (the default) to 102,400.
+    Premium,
+}
+
+impl Tier {
+    /// The MessagingSKU name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Standard => "Standard",
+            Tier::Premium => "Premium",
+        }
+    }
+
+    /// The MaxMessageSizeInKilobytes values an entity of this tier may be given.
+    pub fn max_message_sizes_kb(self) -> std::ops::RangeInclusive<u64> {
+        match self {
+            Tier::Standard => 256..=256,
+            Tier::Premium => 1024..=102_400,
+        }
+    }
+
+    /// The MaxMessageSizeInKilobytes of an entity created without one.
+    pub fn default_max_message_size_kb(self) -> u64 {
+        *self.max_message_sizes_kb().start()
+    }
+}
+
 /// Namespace-wide limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NamespaceLimits {

@@ -53,7 +53,7 @@ pub use broker::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use description::{
     CorrelationFilterDescription, EntityStatus, NamespaceLimits, QueueDescription, RuleAction,
-    RuleDescription, RuleFilter, SubscriptionDescription, TopicDescription,
+    RuleDescription, RuleFilter, SubscriptionDescription, Tier, TopicDescription,
 };
 pub use entity::{EntityDescription, EntityInfo, EntityKind};
 pub use error::{BrokerError, Result, SessionError};

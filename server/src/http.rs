@@ -11,13 +11,19 @@ use clap::Args;
 use ironbus_core::auth::Authorizer;
 use ironbus_core::testing::FaultyStore;
 use ironbus_core::types::PartitionId;
-use ironbus_core::{Broker, Store, Timestamp};
+use ironbus_core::{Broker, Store, Tier, Timestamp};
 use ironbus_transport_amqp::StreamSender;
 use ironbus_transport_http::limits::ConnectionLimits;
 use ironbus_transport_http::{FaultHook, HttpConfig, HttpTransport, MetricsRender, WebSocketHook};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 use crate::tls::Certificate;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum TierArg {
+    Standard,
+    Premium,
+}
 
 /// The HTTP listeners' options.
 #[derive(Debug, Args)]
@@ -29,6 +35,11 @@ pub struct HttpArgs {
     /// only speak HTTPS), or `off`. Its certificate: see --tls-cert.
     #[arg(long, env = "IRONBUS_HTTPS_ADDR", default_value = "127.0.0.1:5301")]
     https_addr: String,
+    /// The namespace's tier, as the management API reports and enforces it: `standard`
+    /// (entities take messages up to 256 KB, as Microsoft's emulator) or `premium` (entities
+    /// may be given MaxMessageSizeInKilobytes 1024, the default, to 102400).
+    #[arg(long, env = "IRONBUS_TIER", value_enum, default_value_t = TierArg::Standard)]
+    tier: TierArg,
     /// Testing only: wrap the store in a fault injector and serve
     /// `POST /$ironbus/faults?entity=..&partition=..&available=..` on the plain listener.
     #[arg(long, env = "IRONBUS_TESTING_FAULT_INJECTION", hide = true)]
@@ -130,6 +141,10 @@ pub async fn bind(
         config.namespace = namespace;
     }
     config.started_at = broker.clock().now().max(Timestamp::from_millis(0));
+    config.tier = match args.tier {
+        TierArg::Standard => Tier::Standard,
+        TierArg::Premium => Tier::Premium,
+    };
     config.metrics = Some(metrics);
     config.limits = limits;
     config.websocket = Some(websocket);

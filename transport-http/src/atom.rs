@@ -15,7 +15,7 @@ pub mod subscription;
 pub mod topic;
 
 use ironbus_core::{
-    QueueDescription, RuleDescription, SubscriptionDescription, Timestamp, TopicDescription,
+    QueueDescription, RuleDescription, SubscriptionDescription, Tier, Timestamp, TopicDescription,
 };
 
 use crate::error::HttpError;
@@ -52,6 +52,44 @@ pub fn check_api_version(api_version: Option<&str>, omitted: &Omitted) -> Result
         ))),
         _ => Ok(()),
     }
+}
+
+/// Holds a queue's or topic's MaxMessageSizeInKilobytes to what the namespace's tier allows:
+/// a value the body gives must be in the tier's range, unless it is the entity's `current` one
+/// (an update sending back what it read); a new entity that gives none gets the tier's default.
+/// A Standard namespace refuses anything but 256 with 400 SubCode=40000, as Microsoft's
+/// recording of azure-servicebus's test_mgmt_queue_create_with_queue_description shows for 1024.
+pub fn fit_to_tier(
+    tier: Tier,
+    described: &mut Described,
+    omitted: &Omitted,
+    current: Option<u64>,
+) -> Result<(), HttpError> {
+    let size = match described {
+        Described::Queue(d) => &mut d.max_message_size_in_kilobytes,
+        Described::Topic(d) => &mut d.max_message_size_in_kilobytes,
+        Described::Subscription(..) | Described::Rule(_) => return Ok(()),
+    };
+    if omitted.max_message_size {
+        if current.is_none() {
+            *size = tier.default_max_message_size_kb();
+        }
+        return Ok(());
+    }
+    let range = tier.max_message_sizes_kb();
+    if range.contains(size) || current == Some(*size) {
+        return Ok(());
+    }
+    let allowed = if range.start() == range.end() {
+        format!("only {}", range.start())
+    } else {
+        format!("{} to {}", range.start(), range.end())
+    };
+    Err(HttpError::bad_request(format!(
+        "SubCode=40000. Bad Request. MaxMessageSizeInKilobytes {size} is not available in the \
+         {} tier, which takes {allowed}",
+        tier.as_str()
+    )))
 }
 
 pub const ENTRY_CONTENT_TYPE: &str = "application/atom+xml;type=entry;charset=utf-8";
@@ -180,7 +218,12 @@ pub(crate) fn feed(
 }
 
 /// The `$namespaceinfo` entry.
-pub fn namespace_info(base: &str, namespace: &str, created: Timestamp) -> String {
+pub fn namespace_info(base: &str, namespace: &str, created: Timestamp, tier: Tier) -> String {
+    // A Premium namespace has messaging units (ironbus reports one); Standard has none.
+    let units = match tier {
+        Tier::Standard => r#"<MessagingUnits i:nil="true"/>"#,
+        Tier::Premium => "<MessagingUnits>1</MessagingUnits>",
+    };
     format!(
         concat!(
             r#"<?xml version="1.0" encoding="utf-8"?>"#,
@@ -191,8 +234,7 @@ pub fn namespace_info(base: &str, namespace: &str, created: Timestamp) -> String
             r#"<content type="application/xml">"#,
             r#"<NamespaceInfo xmlns="{connect}" xmlns:i="{xsi}">"#,
             r#"<Alias i:nil="true"/><CreatedTime>{created}</CreatedTime>"#,
-            "<MessagingSKU>Standard</MessagingSKU>",
-            r#"<MessagingUnits i:nil="true"/>"#,
+            "<MessagingSKU>{sku}</MessagingSKU>{units}",
             "<ModifiedTime>{created}</ModifiedTime><Name>{name}</Name>",
             "<NamespaceType>Messaging</NamespaceType>",
             "</NamespaceInfo></content></entry>"
@@ -204,6 +246,8 @@ pub fn namespace_info(base: &str, namespace: &str, created: Timestamp) -> String
         created = iso8601(created),
         connect = CONNECT_NS,
         xsi = XSI_NS,
+        sku = tier.as_str(),
+        units = units,
     )
 }
 

@@ -43,7 +43,7 @@ use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use ironbus_core::auth::Authorizer;
 use ironbus_core::transport::TransportError;
-use ironbus_core::{Broker, Shutdown, Timestamp, Transport};
+use ironbus_core::{Broker, Shutdown, Tier, Timestamp, Transport};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
@@ -77,6 +77,9 @@ pub struct HttpConfig {
     pub authorizer: Arc<Authorizer>,
     /// The namespace name `$namespaceinfo` reports.
     pub namespace: String,
+    /// The namespace's tier: `$namespaceinfo` reports it, and it bounds the
+    /// MaxMessageSizeInKilobytes an entity may be created or updated with.
+    pub tier: Tier,
     /// When the namespace was created, as `$namespaceinfo` reports it.
     pub started_at: Timestamp,
     /// Request bodies over this many bytes are refused with 413.
@@ -97,6 +100,7 @@ impl HttpConfig {
         Self {
             authorizer,
             namespace: "ironbus".to_owned(),
+            tier: Tier::Standard,
             started_at: Timestamp::from_millis(0),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             metrics: None,

@@ -143,6 +143,7 @@ impl App {
                     &self.base(parts),
                     &self.config.namespace,
                     self.config.started_at,
+                    self.config.tier,
                 );
                 Ok(xml(StatusCode::OK, atom::ENTRY_CONTENT_TYPE, body))
             }
@@ -362,10 +363,17 @@ impl App {
             _ => {
                 *operation = Operation::PutEntity;
                 let body = self.read_body(body).await?;
-                let (described, omitted) = atom::parse_description(&body)?;
+                let (mut described, omitted) = atom::parse_description(&body)?;
                 atom::check_api_version(api_version(parts), &omitted)?;
+                let tier = self.config.tier;
                 let (status, info) = if parts.headers.contains_key(header::IF_MATCH) {
                     let current = self.broker.get_entity(path).await.map_err(management)?;
+                    let current_size = match &current.description {
+                        EntityDescription::Queue(d) => Some(d.max_message_size_in_kilobytes),
+                        EntityDescription::Topic(d) => Some(d.max_message_size_in_kilobytes),
+                        _ => None,
+                    };
+                    atom::fit_to_tier(tier, &mut described, &omitted, current_size)?;
                     let update = match (described, &current.description) {
                         (Described::Queue(mut d), EntityDescription::Queue(current)) => {
                             keep_fixed(&mut d, current, omitted);
@@ -395,6 +403,7 @@ impl App {
                     };
                     (StatusCode::OK, self.broker.update_entity(path, update).await)
                 } else {
+                    atom::fit_to_tier(tier, &mut described, &omitted, None)?;
                     let created = match described {
                         Described::Queue(d) => {
                             self.broker.create_entity(path, EntityDescription::Queue(d)).await

@@ -11,7 +11,7 @@ use ironbus_core::testing::FaultyStore;
 use ironbus_core::types::PartitionId;
 use ironbus_core::{
     shutdown_signal, Broker, NamespaceLimits, QueueDescription, ShutdownTrigger, Store,
-    SystemClock, Timestamp, Transport,
+    SystemClock, Tier, Timestamp, Transport,
 };
 use ironbus_store_memory::MemoryStore;
 use ironbus_transport_http::{FaultHook, HttpConfig, HttpTransport};
@@ -45,6 +45,14 @@ impl Reply {
 }
 
 async fn start_with(limits: NamespaceLimits, max_body: usize) -> Server {
+    start_configured(limits, |config| config.max_body_bytes = max_body).await
+}
+
+/// A server whose HTTP configuration `configure` adjusts.
+async fn start_configured(
+    limits: NamespaceLimits,
+    configure: impl FnOnce(&mut HttpConfig),
+) -> Server {
     let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let faulty = Arc::new(FaultyStore::new(memory));
     let broker = Broker::open(faulty.clone(), Arc::new(SystemClock), limits).await.unwrap();
@@ -54,7 +62,8 @@ async fn start_with(limits: NamespaceLimits, max_body: usize) -> Server {
     ])
     .unwrap();
     let mut config = HttpConfig::new(Arc::new(authorizer));
-    config.max_body_bytes = max_body;
+    config.max_body_bytes = 64 * 1024;
+    configure(&mut config);
     config.metrics = Some(Arc::new(|| "# metrics\n".to_owned()));
     let hook_broker = broker.clone();
     let hook: FaultHook = Arc::new(move |entity, partition, available| {
@@ -981,8 +990,8 @@ async fn lock_uris_are_absolute_and_callable_however_the_path_was_spelled() {
 #[tokio::test]
 async fn max_message_size_needs_api_version_2021_05() {
     let s = start().await;
-    let large = "<MaxMessageSizeInKilobytes>1024</MaxMessageSizeInKilobytes>";
-    let r = s.call("PUT", "/old?api-version=2017-04", &[], &queue_xml(large)).await;
+    let size = "<MaxMessageSizeInKilobytes>256</MaxMessageSizeInKilobytes>";
+    let r = s.call("PUT", "/old?api-version=2017-04", &[], &queue_xml(size)).await;
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("MaxMessageSizeInKilobytes"), "{}", r.text());
     assert!(r.text().contains("2021-05"), "{}", r.text());
@@ -994,12 +1003,65 @@ async fn max_message_size_needs_api_version_2021_05() {
     assert_eq!(r.status, 201, "{}", r.text());
     for (path, version) in [("/new", "2021-05"), ("/newest", "2024-05")] {
         let r =
-            s.call("PUT", &format!("{path}?api-version={version}"), &[], &queue_xml(large)).await;
+            s.call("PUT", &format!("{path}?api-version={version}"), &[], &queue_xml(size)).await;
         assert_eq!(r.status, 201, "{}", r.text());
     }
-    let topic = topic_xml(large);
+    let topic = topic_xml(size);
     let r = s.call("PUT", "/t-old?api-version=2017-04", &[], &topic).await;
     assert_eq!(r.status, 400, "{}", r.text());
     let r = s.call("PUT", "/t-old?api-version=2017-04", &[("If-Match", "*".into())], &topic).await;
     assert_eq!(r.status, 400, "updates are judged too: {}", r.text());
+}
+
+fn max_message_size(kb: u64) -> String {
+    format!("<MaxMessageSizeInKilobytes>{kb}</MaxMessageSizeInKilobytes>")
+}
+
+/// A Standard namespace (the default) takes MaxMessageSizeInKilobytes 256 only: 1024 is a 400
+/// SubCode=40000, as Microsoft's recording of test_mgmt_queue_create_with_queue_description
+/// shows. An entity keeps a size given to it otherwise (in the config file) through updates that
+/// send it back.
+#[tokio::test]
+async fn a_standard_namespace_takes_256_kb_messages_only() {
+    let s = start().await;
+    for (path, xml) in [("/q", queue_xml as fn(&str) -> Vec<u8>), ("/t", topic_xml)] {
+        let r = s.call("PUT", path, &[], &xml(&max_message_size(1024))).await;
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert!(r.text().contains("SubCode=40000"), "{}", r.text());
+        assert_eq!(s.call("GET", path, &[], b"").await.status, 404, "{path} was not created");
+        let r = s.call("PUT", path, &[], &xml(&max_message_size(256))).await;
+        assert_eq!(r.status, 201, "{path}: {}", r.text());
+    }
+    let small = QueueDescription { max_message_size_in_kilobytes: 1, ..Default::default() };
+    s.broker.create_queue("small", small).await.unwrap();
+    let update = [("If-Match", "*".into())];
+    let r = s.call("PUT", "/small", &update, &queue_xml(&max_message_size(1))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = s.call("PUT", "/small", &update, &queue_xml(&max_message_size(2))).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+}
+
+/// A Premium namespace: 1024 (the default) to 102400 (the limits azure-servicebus's premium
+/// tests assert), and `$namespaceinfo` says Premium.
+#[tokio::test]
+async fn a_premium_namespace_takes_messages_up_to_100_mb() {
+    let s = start_configured(NamespaceLimits::default(), |c| c.tier = Tier::Premium).await;
+    let info = s.call("GET", "/$namespaceinfo", &[], b"").await.text();
+    assert!(info.contains("<MessagingSKU>Premium</MessagingSKU>"), "{info}");
+    for refused in [256, 1023, 102_401] {
+        let r = s.call("PUT", "/q", &[], &queue_xml(&max_message_size(refused))).await;
+        assert_eq!(r.status, 400, "{refused}: {}", r.text());
+    }
+    for (path, kb) in [("/q1", 1024), ("/q2", 12345), ("/q3", 102_400)] {
+        let r = s.call("PUT", path, &[], &queue_xml(&max_message_size(kb))).await;
+        assert_eq!(r.status, 201, "{kb}: {}", r.text());
+        assert!(r.text().contains(&max_message_size(kb)), "{}", r.text());
+    }
+    let r = s.call("PUT", "/t", &[], &topic_xml("")).await;
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert!(r.text().contains(&max_message_size(1024)), "the default: {}", r.text());
+    let update = [("If-Match", "*".into())];
+    let r = s.call("PUT", "/t", &update, &topic_xml(&max_message_size(54321))).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains(&max_message_size(54321)), "{}", r.text());
 }

@@ -36,6 +36,7 @@ async fn serve() -> (SocketAddr, ironbus_core::ShutdownTrigger) {
     let args = HttpArgs {
         http_addr: "127.0.0.1:0".into(),
         https_addr: "off".into(),
+        tier: super::TierArg::Standard,
         testing_fault_injection: false,
     };
     let http = bind(

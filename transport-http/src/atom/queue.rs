@@ -152,6 +152,8 @@ pub struct Omitted {
     pub partition_count: bool,
     pub requires_session: bool,
     pub requires_duplicate_detection: bool,
+    /// `MaxMessageSizeInKilobytes` (writable, but its range depends on the namespace's tier).
+    pub max_message_size: bool,
     /// An element the body gave that only api-version 2021-05 and later know
     /// (`MaxMessageSizeInKilobytes`).
     pub since_2021_05: Option<&'static str>,
@@ -168,6 +170,7 @@ pub(crate) fn parse(
         partition_count: true,
         requires_session: true,
         requires_duplicate_detection: true,
+        max_message_size: true,
         since_2021_05: None,
     };
     for child in description.children().filter(|n| n.is_element()) {
@@ -233,6 +236,7 @@ pub(crate) fn parse(
             }
             "MaxMessageSizeInKilobytes" => {
                 d.max_message_size_in_kilobytes = number(value).map_err(field)?;
+                omitted.max_message_size = false;
                 omitted.since_2021_05 = Some("MaxMessageSizeInKilobytes");
             }
             // Read-only and runtime elements (CountDetails, CreatedAt, ...) are ignored.

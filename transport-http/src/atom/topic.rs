@@ -137,6 +137,7 @@ pub(crate) fn parse(
         partition_count: true,
         requires_session: false,
         requires_duplicate_detection: true,
+        max_message_size: true,
         since_2021_05: None,
     };
     for child in description.children().filter(|n| n.is_element()) {
@@ -172,6 +173,7 @@ pub(crate) fn parse(
             "EnableExpress" => d.enable_express = f.boolean()?,
             "MaxMessageSizeInKilobytes" => {
                 d.max_message_size_in_kilobytes = f.number()?;
+                omitted.max_message_size = false;
                 omitted.since_2021_05 = Some("MaxMessageSizeInKilobytes");
             }
             // Read-only and runtime elements (SizeInBytes, CountDetails, SubscriptionCount,
