@@ -4,6 +4,11 @@
 # The server of a revision: its tree from `git archive`, built with the release profile in one
 # shared target directory, so that dependencies of the same version (RocksDB among them) build
 # once. Built once and kept in $TARGET/revs/bin/<sha>/ironbus; prints that path.
+#
+# `git archive` gives every file its commit's time, and cargo judges a workspace crate by the
+# mtimes of its sources (listed relative to the package) against its last build in that target
+# directory: an older commit built after a newer one looked fresh and got the newer one's binary.
+# The tree is touched to now, so the revision's own crates always build.
 server_of_rev() { # rev
   local sha bin src
   sha="$(git rev-parse --verify "$1^{commit}")"
@@ -12,11 +17,19 @@ server_of_rev() { # rev
     src="$TARGET/revs/src/$sha"
     rm -rf "$src" && mkdir -p "$src" "$(dirname "$bin")"
     git archive "$sha" | tar -x -C "$src"
+    find "$src" -exec touch -h {} +
     echo "building ironbus at $1 ($sha)" >&2
     CARGO_TARGET_DIR="$TARGET/revs/target" cargo build --release -p ironbus \
       --manifest-path "$src/Cargo.toml" >&2
     cp "$TARGET/revs/target/release/ironbus" "$bin"
     rm -rf "$src"
+    # Two revisions that differ in code must not share a binary.
+    local other
+    for other in "$TARGET"/revs/bin/*/ironbus; do
+      if [ "$other" != "$bin" ] && cmp -s "$other" "$bin"; then
+        echo "note: $1 built the same binary as $(basename "$(dirname "$other")") (a reused build?)" >&2
+      fi
+    done
   fi
   echo "$bin"
 }

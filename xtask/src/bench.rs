@@ -6,7 +6,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let Some((target, rest)) = args.split_first() else {
         bail!(
             "`bench` needs a target: core, amqp, backlog, connections, side-by-side, \
-             instructions, fanout, filter-cost, sessions or forward (see `cargo xtask help`)"
+             instructions, fanout, filter-cost, sessions, forward or renew (see `cargo xtask \
+             help`)"
         );
     };
     // Everything after the target goes to the benchmark; a leading `--` is accepted and dropped,
@@ -18,8 +19,10 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     if target == "side-by-side" {
         return script("side-by-side", rest);
     }
-    if matches!(target.as_str(), "instructions" | "fanout" | "filter-cost" | "sessions" | "forward")
-    {
+    if matches!(
+        target.as_str(),
+        "instructions" | "fanout" | "filter-cost" | "sessions" | "forward" | "renew"
+    ) {
         return script(target, rest);
     }
     if target == "connections" {
@@ -32,7 +35,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         unknown => {
             bail!(
                 "unknown benchmark target `{unknown}`; known: core, amqp, backlog, connections, \
-                 side-by-side, instructions, fanout, filter-cost, sessions, forward"
+                 side-by-side, instructions, fanout, filter-cost, sessions, forward, renew"
             )
         }
     };
@@ -47,7 +50,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
 /// 16 subscriptions against a RabbitMQ fanout exchange; `filter-cost`: the publish rate with 100
 /// filtered subscriptions against one; `sessions`: accept-next session receivers on a
 /// 16-partition session queue against plain receivers on a plain one; `forward`: a one-hop
-/// auto-forward against a direct queue); settings come from the
+/// auto-forward against a direct queue; `renew`: the sync Python SDK's lock renewals from several
+/// threads, for ironbus revisions); settings come from the
 /// environment (see the script).
 fn script(name: &str, rest: &[String]) -> Result<()> {
     if !rest.is_empty() {

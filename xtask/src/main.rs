@@ -59,6 +59,9 @@ tasks:
     bench forward       1 KiB durable messages through a one-hop auto-forward (16-partition
                         queues, 4 P / 4 C) against a direct queue, alternating rounds; env
                         ROUNDS, MESSAGES, STORE, MODE, OUT
+    bench renew         the sync Python SDK renewing 300 message locks from 1, 2 and 5 threads
+                        of one receiver (the AutoLockRenewer's load), ironbus revisions in
+                        alternating rounds; env REVS, THREADS, MESSAGES, ROUNDS, OUT
     compat [SUITE] [-- ARGS]
                         run the SDK compatibility suites (python, js, rust; default all) against a
                         fresh ironbus; ARGS go to the suite's runner; `compat config` prints
