@@ -152,18 +152,13 @@ impl Broker {
         {
             let Some(target) = target else { continue };
             let path = destination_path(target);
-            let destination = if path == *source {
-                None
-            } else {
-                let entities = self.entities();
-                let entity = entities.get(path.key());
-                match entity.map(|e| e.kind) {
-                    Some(EntityKind::Queue | EntityKind::Topic) => entity.cloned(),
-                    _ => return Err(BrokerError::invalid(field, DESTINATION_MISSING)),
-                }
-            };
             // Itself, when the destination is the source: a queue or a subscription.
-            let to_queue = destination.is_none_or(|d| d.kind == EntityKind::Queue);
+            let to_queue = path == *source
+                || match self.entities().get(path.key()).map(|e| e.kind) {
+                    Some(EntityKind::Queue) => true,
+                    Some(EntityKind::Topic) => false,
+                    _ => return Err(BrokerError::invalid(field, DESTINATION_MISSING)),
+                };
             if field == "ForwardTo" && requires_session && to_queue {
                 return Err(BrokerError::invalid(field, SESSION_TO_QUEUE));
             }
