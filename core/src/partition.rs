@@ -516,7 +516,7 @@ impl Partition {
             }
         }
         if result.is_ok() && !batch.is_empty() {
-            metrics::counter!(m::STORE_WRITTEN_BYTES_TOTAL).increment(batch_bytes(&batch));
+            metrics::counter!(m::STORE_WRITTEN_BYTES_TOTAL).increment(batch.bytes() as u64);
             let stopwatch = m::Stopwatch::start();
             result = self.cx.store.write(batch).await;
             metrics::histogram!(m::STORE_WRITE_DURATION_SECONDS).record(stopwatch.seconds());
@@ -778,20 +778,6 @@ impl Partition {
         }
         Ok(())
     }
-}
-
-/// The bytes a batch writes: keys and values of puts, keys of deletes.
-fn batch_bytes(batch: &crate::store::WriteBatch) -> u64 {
-    use crate::store::BatchOp;
-    batch
-        .ops()
-        .iter()
-        .map(|op| match op {
-            BatchOp::Put { key, value } => key.len() + value.len(),
-            BatchOp::Delete { key } => key.len(),
-            BatchOp::DeleteRange { start, end } => start.len() + end.len(),
-        })
-        .sum::<usize>() as u64
 }
 
 /// Publishes one lane's deliverable counts and size to its shared view.

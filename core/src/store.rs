@@ -59,6 +59,19 @@ impl WriteBatch {
         &self.ops
     }
 
+    /// The bytes this batch writes: keys and values of puts, keys of deletes, both ends of
+    /// ranges. What metrics report and what store writers bound their groups by.
+    pub fn bytes(&self) -> usize {
+        self.ops
+            .iter()
+            .map(|op| match op {
+                BatchOp::Put { key, value } => key.len() + value.len(),
+                BatchOp::Delete { key } => key.len(),
+                BatchOp::DeleteRange { start, end } => start.len() + end.len(),
+            })
+            .sum()
+    }
+
     pub fn into_ops(self) -> Vec<BatchOp> {
         self.ops
     }

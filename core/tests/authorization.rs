@@ -8,9 +8,8 @@ use ironbus_core::transport::authorization::{entity_rules, named_entity};
 use ironbus_core::*;
 use ironbus_store_memory::MemoryStore;
 
-fn path(p: &str) -> EntityPath {
-    EntityPath::parse(p).unwrap()
-}
+mod common;
+use common::path;
 
 async fn open(store: Arc<MemoryStore>) -> Broker {
     Broker::open(store, Arc::new(ManualClock::default()), NamespaceLimits::default()).await.unwrap()

@@ -7,15 +7,14 @@ use std::sync::Arc;
 use ironbus_core::*;
 use ironbus_store_memory::MemoryStore;
 
+mod common;
+use common::path;
+
 async fn broker() -> (Broker, Arc<MemoryStore>) {
     let store = Arc::new(MemoryStore::new());
     let clock = Arc::new(ManualClock::default());
     let broker = Broker::open(store.clone(), clock, NamespaceLimits::default()).await.unwrap();
     (broker, store)
-}
-
-fn path(p: &str) -> EntityPath {
-    EntityPath::parse(p).unwrap()
 }
 
 #[tokio::test]

@@ -19,17 +19,11 @@ use ironbus_core::testing::FaultyStore;
 use ironbus_core::*;
 use ironbus_store_memory::MemoryStore;
 
-const HANG_GUARD: Duration = Duration::from_secs(10);
+mod common;
+use common::{guard, path, HANG_GUARD};
+
 /// Longer than a partition's rebuild interval and the forwarder's first retry (1 s each).
 const PAST_RETRY: Duration = Duration::from_secs(2);
-
-async fn guard<F: Future>(future: F) -> F::Output {
-    tokio::time::timeout(HANG_GUARD, future).await.expect("operation hung")
-}
-
-fn path(p: &str) -> EntityPath {
-    EntityPath::parse(p).expect(p)
-}
 
 fn forwarding_to(target: &str) -> QueueDescription {
     QueueDescription { forward_to: Some(target.into()), ..QueueDescription::default() }

@@ -9,7 +9,6 @@
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,19 +22,15 @@ use ironbus_core::{
 };
 use ironbus_store_memory::MemoryStore;
 
+mod common;
+use common::guard;
+
 /// Partitions of a partitioned queue unless a test says otherwise (Service Bus's default).
 const PARTITIONS: u16 = 16;
-/// How long any single await may take before the test counts it as hung.
-const HANG_GUARD: Duration = Duration::from_secs(10);
 /// Longer than the partition's retry interval (1 s) for rebuilding itself after an outage.
 const PAST_RETRY_INTERVAL: Duration = Duration::from_secs(2);
 
 // ---- fixture and helpers ----
-
-/// Awaits `future`, failing the test if it hangs.
-async fn guard<F: Future>(future: F) -> F::Output {
-    tokio::time::timeout(HANG_GUARD, future).await.expect("operation hung")
-}
 
 /// A broker on a fault-injecting memory store, with a manual clock.
 struct Fixture {

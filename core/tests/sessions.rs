@@ -7,7 +7,6 @@
 //! Time comes from a [`ManualClock`]; `tokio::time::timeout` only guards against hangs.
 #![cfg(feature = "testing")]
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,16 +15,10 @@ use ironbus_core::router::partition_for_key;
 use ironbus_core::*;
 use ironbus_store_memory::MemoryStore;
 
-const HANG_GUARD: Duration = Duration::from_secs(10);
+mod common;
+use common::{guard, path};
+
 const LOCK: Duration = Duration::from_secs(30);
-
-async fn guard<F: Future>(future: F) -> F::Output {
-    tokio::time::timeout(HANG_GUARD, future).await.expect("operation hung")
-}
-
-fn path(p: &str) -> EntityPath {
-    EntityPath::parse(p).unwrap()
-}
 
 struct Fixture {
     broker: Broker,

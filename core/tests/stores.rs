@@ -6,9 +6,7 @@
 //! Time comes from a [`ManualClock`]; outages from [`FaultyStore`]s around memory stores.
 #![cfg(feature = "testing")]
 
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use ironbus_core::keys::{self, EntityId};
 use ironbus_core::testing::FaultyStore;
@@ -19,11 +17,8 @@ use ironbus_core::{
 };
 use ironbus_store_memory::MemoryStore;
 
-const HANG_GUARD: Duration = Duration::from_secs(10);
-
-async fn guard<F: Future>(future: F) -> F::Output {
-    tokio::time::timeout(HANG_GUARD, future).await.expect("operation hung")
-}
+mod common;
+use common::guard;
 
 fn partitioned() -> QueueDescription {
     QueueDescription { enable_partitioning: true, ..Default::default() }

@@ -11,9 +11,8 @@ use ironbus_core::testing::FaultyStore;
 use ironbus_core::*;
 use ironbus_store_memory::MemoryStore;
 
-fn path(p: &str) -> EntityPath {
-    EntityPath::parse(p).unwrap()
-}
+mod common;
+use common::path;
 
 struct Fixture {
     broker: Broker,

@@ -17,21 +17,11 @@ use ironbus_core::transaction::{SPAN_ENTITIES, SPAN_PARTITIONS, TIMEOUT};
 use ironbus_core::*;
 use ironbus_store_memory::MemoryStore;
 
-const HANG_GUARD: Duration = Duration::from_secs(10);
+mod common;
+use common::{addr, guard, path, HANG_GUARD};
+
 /// Longer than a partition's rebuild interval and the forwarder's first retry (1 s each).
 const PAST_RETRY: Duration = Duration::from_secs(2);
-
-async fn guard<F: Future>(future: F) -> F::Output {
-    tokio::time::timeout(HANG_GUARD, future).await.expect("operation hung")
-}
-
-fn addr(p: &str) -> EntityAddress {
-    EntityAddress::from(EntityPath::parse(p).expect(p))
-}
-
-fn path(p: &str) -> EntityPath {
-    EntityPath::parse(p).expect(p)
-}
 
 fn msg(body: &'static str) -> Message {
     Message::new(Bytes::from_static(body.as_bytes()))

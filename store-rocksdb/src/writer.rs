@@ -53,19 +53,6 @@ impl Shared {
     }
 }
 
-/// Bytes of keys and values in `batch`, to bound the size of a group.
-fn batch_bytes(batch: &WriteBatch) -> usize {
-    batch
-        .ops()
-        .iter()
-        .map(|op| match op {
-            BatchOp::Put { key, value } => key.len() + value.len(),
-            BatchOp::Delete { key } => key.len(),
-            BatchOp::DeleteRange { start, end } => start.len() + end.len(),
-        })
-        .sum()
-}
-
 /// Appends `batch` to `group`, every key under the data tag. Empty ranges are dropped (they
 /// remove nothing, and RocksDB must not see an inverted range).
 fn append(group: &mut rocksdb::WriteBatch, batch: &WriteBatch) {
@@ -102,12 +89,12 @@ pub(crate) fn run(
                 Err(_) => break,
             },
         };
-        let mut bytes = batch_bytes(&first.batch);
+        let mut bytes = first.batch.bytes();
         let mut group = vec![first];
         while bytes < MAX_GROUP_BYTES {
             match requests.try_recv() {
                 Ok(request) => {
-                    let size = batch_bytes(&request.batch);
+                    let size = request.batch.bytes();
                     if bytes + size > MAX_GROUP_BYTES {
                         carried = Some(request);
                         break;

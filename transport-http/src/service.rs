@@ -468,14 +468,8 @@ impl App {
         path: &str,
         params: &[(String, String)],
     ) -> Result<Response, HttpError> {
-        let (skip, top) = page(params)?;
-        let mut page = self
-            .broker
-            .list_queues(skip, top.saturating_add(1))
-            .await
-            .map_err(|e| HttpError::from_broker(e, Plane::Management))?;
-        let more = page.len() > top;
-        page.truncate(top);
+        let (Page { skip, top }, page, more) =
+            Page::of(params)?.fetch(|skip, top| self.broker.list_queues(skip, top)).await?;
         let mut entries = Vec::with_capacity(page.len());
         for info in page {
             let runtime = self.broker.get_queue_runtime(&info.name).await.ok();
@@ -492,14 +486,9 @@ impl App {
         path: &str,
         params: &[(String, String)],
     ) -> Result<Response, HttpError> {
-        let (skip, top) = page(params)?;
-        let mut page = self
-            .broker
-            .list_entities(EntityKind::Topic, skip, top.saturating_add(1))
-            .await
-            .map_err(|e| HttpError::from_broker(e, Plane::Management))?;
-        let more = page.len() > top;
-        page.truncate(top);
+        let (Page { skip, top }, page, more) = Page::of(params)?
+            .fetch(|skip, top| self.broker.list_entities(EntityKind::Topic, skip, top))
+            .await?;
         let mut entries = Vec::with_capacity(page.len());
         for info in page {
             let EntityDescription::Topic(d) = info.description.clone() else { continue };
@@ -519,14 +508,9 @@ impl App {
         parent: &EntityPath,
         params: &[(String, String)],
     ) -> Result<Response, HttpError> {
-        let (skip, top) = page(params)?;
-        let mut page = self
-            .broker
-            .list_children(parent, skip, top.saturating_add(1))
-            .await
-            .map_err(|e| HttpError::from_broker(e, Plane::Management))?;
-        let more = page.len() > top;
-        page.truncate(top);
+        let (Page { skip, top }, page, more) = Page::of(params)?
+            .fetch(|skip, top| self.broker.list_children(parent, skip, top))
+            .await?;
         let base = self.base(parts);
         let now = self.broker.clock().now();
         let mut subscriptions = Vec::new();
@@ -616,17 +600,43 @@ impl App {
     }
 }
 
-/// `$skip` (default 0) and `$top` (default 100, at most 1000) of a listing.
-fn page(params: &[(String, String)]) -> Result<(usize, usize), HttpError> {
-    let number = |name: &str, default: usize| -> Result<usize, HttpError> {
-        match params.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)) {
-            None => Ok(default),
-            Some((_, v)) => v.parse().map_err(|_| {
-                HttpError::bad_request(format!("{name} {v:?} is not a non-negative integer"))
-            }),
-        }
-    };
-    Ok((number("$skip", 0)?, number("$top", 100)?.min(1000)))
+/// One page of a listing: `$skip` (default 0) and `$top` (default 100, at most 1000) from the
+/// query, the same for queues, topics, subscriptions and rules.
+#[derive(Debug, Clone, Copy)]
+struct Page {
+    skip: usize,
+    top: usize,
+}
+
+impl Page {
+    fn of(params: &[(String, String)]) -> Result<Page, HttpError> {
+        let number = |name: &str, default: usize| -> Result<usize, HttpError> {
+            match params.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)) {
+                None => Ok(default),
+                Some((_, v)) => v.parse().map_err(|_| {
+                    HttpError::bad_request(format!("{name} {v:?} is not a non-negative integer"))
+                }),
+            }
+        };
+        Ok(Page { skip: number("$skip", 0)?, top: number("$top", 100)?.min(1000) })
+    }
+
+    /// The page's items from `list(skip, count)`, and whether more follow (it asks for one
+    /// item more than the page holds, so that the feed's `next` link is only given when true).
+    async fn fetch<T, F>(
+        self,
+        list: impl FnOnce(usize, usize) -> F,
+    ) -> Result<(Page, Vec<T>, bool), HttpError>
+    where
+        F: std::future::Future<Output = ironbus_core::Result<Vec<T>>>,
+    {
+        let mut items = list(self.skip, self.top.saturating_add(1))
+            .await
+            .map_err(|e| HttpError::from_broker(e, Plane::Management))?;
+        let more = items.len() > self.top;
+        items.truncate(self.top);
+        Ok((self, items, more))
+    }
 }
 
 /// An update body that leaves out a property fixed at creation keeps the current value (Python

@@ -16,6 +16,7 @@ mod ci;
 mod compat;
 mod crash;
 mod fuzz;
+mod native;
 #[cfg(test)]
 mod tidy;
 
@@ -32,6 +33,9 @@ const USAGE: &str = "\
 usage: cargo xtask <task>
 
 tasks:
+    run [ARGS]          build ironbus (release) and start it; ARGS go to the server (`-- --help`).
+                        Like `ci`, first finds RocksDB's native build prerequisites (a C++
+                        compiler, libclang) and installs them with apt-get where they are missing
     ci                  check formatting, run clippy with -D warnings, run all tests
     bench core [ARGS]   run ironbus-core's throughput benchmark; ARGS go to the benchmark
     bench amqp [ARGS]   run the AMQP 1.0 load generator ironbus-bench; ARGS go to it (`--help`)
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
         None => ("help", &[][..]),
     };
     let outcome = match task {
+        "run" => run_server(rest),
         "ci" => ci::run(rest),
         "bench" => bench::run(rest),
         "compat" => compat::run(rest),
@@ -113,6 +118,15 @@ fn main() -> ExitCode {
 #[allow(clippy::print_stdout, reason = "asked-for help goes to stdout")]
 fn print_usage() {
     print!("{USAGE}");
+}
+
+/// `cargo xtask run [ARGS]`: the README's way to start ironbus on a machine with only Rust.
+fn run_server(args: &[String]) -> Result<()> {
+    native::ensure()?;
+    let mut cargo_args = vec!["run", "--release", "-p", "ironbus", "--"];
+    let args = args.strip_prefix(&["--".to_owned()][..]).unwrap_or(args);
+    cargo_args.extend(args.iter().map(String::as_str));
+    run_cargo("run", &cargo_args)
 }
 
 /// The workspace root: the parent of this crate's directory.

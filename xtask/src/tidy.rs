@@ -64,7 +64,9 @@ fn workspace_deps_are_pinned_once() {
         let text = fs::read_to_string(manifest)
             .unwrap_or_else(|err| panic!("cannot read {}: {err}", manifest.display()));
         let shown = manifest.strip_prefix(workspace_root()).unwrap_or(manifest).display();
-        found.extend(unpinned_dependencies(&text).into_iter().map(|dep| format!("{shown}: {dep}")));
+        let unpinned =
+            unpinned_dependencies(&text).unwrap_or_else(|err| panic!("{shown}: {err:#}"));
+        found.extend(unpinned.into_iter().map(|dep| format!("{shown}: {dep}")));
     }
     assert!(
         found.is_empty(),
@@ -312,190 +314,50 @@ fn outward_dependencies(graph: &Graph) -> Vec<String> {
 
 const DEP_TABLES: &[&str] = &["dependencies", "dev-dependencies", "build-dependencies"];
 
-/// Where a manifest line sits.
-enum Section {
-    /// `[dependencies]` and the like, including `[target.'cfg(..)'.dependencies]`.
-    Deps(String),
-    /// `[dependencies.name]`: a single dependency as its own table.
-    Dep(String, String),
-    Other,
-}
-
 /// The dependencies a member manifest declares with their own version, git or registry
-/// source instead of `workspace = true`; path-only dependencies are accepted.
-///
-/// A line-based reading of the TOML forms manifests use: `name = "1"`, inline tables (which may
-/// span lines through multi-line arrays), dotted keys (`name.workspace = true`) and
-/// `[dependencies.name]` tables, in every dependency table, platform-specific ones included.
-fn unpinned_dependencies(manifest: &str) -> Vec<String> {
-    // (table, dependency) → its keys and values, in order of appearance.
-    let mut decls: BTreeMap<(String, String), Vec<(String, String)>> = BTreeMap::new();
-    let mut section = Section::Other;
-    let mut lines = manifest.lines();
-    while let Some(line) = lines.next() {
-        let mut statement = strip_comment(line).trim().to_owned();
-        if statement.is_empty() {
-            continue;
-        }
-        if statement.starts_with('[') {
-            section = parse_header(&statement);
-            continue;
-        }
-        while nesting(&statement) > 0 {
-            let Some(next) = lines.next() else { break };
-            statement.push(' ');
-            statement.push_str(strip_comment(next).trim());
-        }
-        let Some((key, value)) = split_once_outside_quotes(&statement, '=') else { continue };
-        let key = split_dotted(key);
-        let value = value.trim();
-        match &section {
-            Section::Deps(table) => {
-                let entries = decls.entry((table.clone(), key[0].clone())).or_default();
-                if key.len() > 1 {
-                    entries.push((key[1..].join("."), value.to_owned()));
-                } else if let Some(inner) =
-                    value.strip_prefix('{').and_then(|v| v.strip_suffix('}'))
-                {
-                    entries.extend(inline_table(inner));
-                } else {
-                    // `name = "1"` is short for `name = { version = "1" }`.
-                    entries.push(("version".to_owned(), value.to_owned()));
-                }
+/// source instead of `workspace = true`; path-only dependencies are accepted. Every dependency
+/// table counts, platform-specific ones (`[target.'cfg(..)'.dependencies]`) included.
+fn unpinned_dependencies(manifest: &str) -> Result<Vec<String>> {
+    let manifest: toml::Table = manifest.parse().context("not a valid TOML manifest")?;
+    fn dep_tables<'a>(
+        prefix: &str,
+        parent: &'a toml::Table,
+        out: &mut Vec<(String, &'a toml::Table)>,
+    ) {
+        for name in DEP_TABLES {
+            if let Some(toml::Value::Table(deps)) = parent.get(*name) {
+                out.push((format!("{prefix}{name}"), deps));
             }
-            Section::Dep(table, name) => {
-                let entries = decls.entry((table.clone(), name.clone())).or_default();
-                entries.push((key.join("."), value.to_owned()));
-            }
-            Section::Other => {}
         }
     }
-    decls
+    let mut tables = Vec::new();
+    dep_tables("", &manifest, &mut tables);
+    if let Some(toml::Value::Table(targets)) = manifest.get("target") {
+        for (cfg, target) in targets {
+            if let toml::Value::Table(target) = target {
+                dep_tables(&format!("target.{cfg}."), target, &mut tables);
+            }
+        }
+    }
+    let mut found: Vec<String> = tables
         .into_iter()
-        .filter(|(_, entries)| !is_pinned_by_workspace(entries))
-        .map(|((table, name), entries)| {
-            let entries: Vec<String> = entries.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-            format!("[{table}] {name} = {{ {} }}", entries.join(", "))
+        .flat_map(|(table, deps)| {
+            deps.iter()
+                .filter(|(_, spec)| !is_pinned_by_workspace(spec))
+                .map(move |(name, spec)| format!("[{table}] {name} = {spec}"))
         })
-        .collect()
+        .collect();
+    found.sort();
+    Ok(found)
 }
 
-fn is_pinned_by_workspace(entries: &[(String, String)]) -> bool {
-    let has = |key: &str| entries.iter().any(|(k, _)| k == key);
-    let workspace = entries.iter().any(|(k, v)| k == "workspace" && v == "true");
-    let path_only = has("path") && !has("version") && !has("git") && !has("registry");
+/// `workspace = true`, or a path without a version, git or registry source of its own.
+fn is_pinned_by_workspace(spec: &toml::Value) -> bool {
+    let toml::Value::Table(spec) = spec else { return false };
+    let workspace = spec.get("workspace") == Some(&toml::Value::Boolean(true));
+    let path_only = spec.contains_key("path")
+        && !["version", "git", "registry"].iter().any(|key| spec.contains_key(*key));
     workspace || path_only
-}
-
-fn parse_header(header: &str) -> Section {
-    let inner = header.trim_start_matches('[').trim_end_matches(']');
-    let segments = split_dotted(inner);
-    // `[workspace.dependencies]` is where versions belong; `[[bin]]` and such are not deps.
-    if header.starts_with("[[") || segments[0] == "workspace" {
-        return Section::Other;
-    }
-    let at = match segments.as_slice() {
-        [first, ..] if DEP_TABLES.contains(&first.as_str()) => 0,
-        [target, _, table, ..] if target == "target" && DEP_TABLES.contains(&table.as_str()) => 2,
-        _ => return Section::Other,
-    };
-    let table = segments[..=at].join(".");
-    match &segments[at + 1..] {
-        [] => Section::Deps(table),
-        [name] => Section::Dep(table, name.clone()),
-        _ => Section::Other,
-    }
-}
-
-/// `key = value` pairs of an inline table's inside, split at top-level commas.
-fn inline_table(inner: &str) -> Vec<(String, String)> {
-    let mut entries = Vec::new();
-    let mut rest = inner;
-    loop {
-        let (entry, tail) = match split_once_outside_quotes(rest, ',') {
-            Some((entry, tail)) => (entry, Some(tail)),
-            None => (rest, None),
-        };
-        if let Some((key, value)) = split_once_outside_quotes(entry, '=') {
-            entries.push((split_dotted(key).join("."), value.trim().to_owned()));
-        }
-        match tail {
-            Some(tail) => rest = tail,
-            None => return entries,
-        }
-    }
-}
-
-/// Splits at the first `separator` outside strings and brackets.
-fn split_once_outside_quotes(text: &str, separator: char) -> Option<(&str, &str)> {
-    let at = scan(text).find(|&(_, c, depth)| c == separator && depth == 0)?.0;
-    Some((&text[..at], &text[at + separator.len_utf8()..]))
-}
-
-/// A dotted key or header, split into its unquoted, trimmed parts: `target.'cfg(unix)'.x`.
-fn split_dotted(key: &str) -> Vec<String> {
-    let mut parts = Vec::new();
-    let mut rest = key;
-    loop {
-        let (part, tail) = match split_once_outside_quotes(rest, '.') {
-            Some((part, tail)) => (part, Some(tail)),
-            None => (rest, None),
-        };
-        parts.push(part.trim().trim_matches(|c| c == '"' || c == '\'').to_owned());
-        match tail {
-            Some(tail) => rest = tail,
-            None => return parts,
-        }
-    }
-}
-
-/// Open brackets minus closed ones outside strings: above zero, the value continues.
-fn nesting(text: &str) -> i32 {
-    scan(text)
-        .map(|(_, c, _)| match c {
-            '[' | '{' => 1,
-            ']' | '}' => -1,
-            _ => 0,
-        })
-        .sum()
-}
-
-fn strip_comment(line: &str) -> &str {
-    match scan(line).find(|&(_, c, _)| c == '#') {
-        Some((at, ..)) => &line[..at],
-        None => line,
-    }
-}
-
-/// The characters of `text` outside strings, with their byte offset and the bracket depth
-/// before them.
-fn scan(text: &str) -> impl Iterator<Item = (usize, char, i32)> + '_ {
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
-    let mut depth = 0;
-    text.char_indices().filter_map(move |(at, c)| {
-        if let Some(open) = quote {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' && open == '"' {
-                escaped = true;
-            } else if c == open {
-                quote = None;
-            }
-            return None;
-        }
-        if c == '"' || c == '\'' {
-            quote = Some(c);
-            return None;
-        }
-        let before = depth;
-        match c {
-            '[' | '{' => depth += 1,
-            ']' | '}' => depth -= 1,
-            _ => {}
-        }
-        Some((at, c, before))
-    })
 }
 
 // ---- the checks themselves, on synthetic input ----
@@ -684,7 +546,7 @@ path = "src/main.rs"
 [workspace.dependencies]
 serde = "1"
 "#;
-    assert_eq!(unpinned_dependencies(manifest), Vec::<String>::new());
+    assert_eq!(unpinned_dependencies(manifest).unwrap(), Vec::<String>::new());
 }
 
 #[test]
@@ -710,16 +572,16 @@ winapi = { version = "0.3", features = [
 ] }
 "#;
     assert_eq!(
-        unpinned_dependencies(manifest),
+        unpinned_dependencies(manifest).unwrap(),
         [
-            r#"[build-dependencies] cc = { version = "1" }"#,
+            r#"[build-dependencies] cc = "1""#,
             r#"[dependencies] dotted = { version = "2" }"#,
             r#"[dependencies] local = { path = "../local", version = "0.1" }"#,
-            r#"[dependencies] rand = { version = "0.8", optional = true }"#,
+            r#"[dependencies] rand = { optional = true, version = "0.8" }"#,
             r#"[dependencies] remote = { git = "https://example.com/remote.git" }"#,
-            r#"[dependencies] serde = { version = "1" }"#,
+            r#"[dependencies] serde = "1""#,
             r#"[dev-dependencies] proptest = { version = "1" }"#,
-            r#"[target.cfg(windows).dependencies] winapi = { version = "0.3", features = [ "winbase", ] }"#,
+            r#"[target.cfg(windows).dependencies] winapi = { features = ["winbase"], version = "0.3" }"#,
         ]
     );
 }
