@@ -324,8 +324,7 @@ impl App {
         let limit = self.config.max_body_bytes;
         axum::body::to_bytes(body, limit).await.map_err(|e| {
             let too_large = std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
-                || e.to_string().contains("length limit");
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
             if too_large {
                 HttpError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
