@@ -16,6 +16,27 @@
 //! - The clock starts after every link is attached; connecting and `$cbs` are not measured.
 //! - A producer never has more than `--window` unsettled sends; a consumer never grants more than
 //!   `--credit`.
+//!
+//! Consumers accept one by one or, with `--accept-batch N`, up to N consecutive deliveries in
+//! one disposition range. `--client wire` (the default) is the lean client of `wire/`; `--client
+//! fe2o3` is fe2o3-amqp's (needed for `--cbs-key`). The load generator shares the machine's
+//! cores with the broker it measures, so its own CPU per message is taken from the broker
+//! (BENCHMARKS.md has the figures). `tests/clients.rs` runs both clients against an in-process
+//! ironbus. Like the server, it uses mimalloc as its global allocator (glibc's malloc and free
+//! took about 15 % of both).
+//!
+//! # The rest of the crate
+//!
+//! - `ironbus-crash` (`src/bin/crash.rs`): the crash test's driver, run by `cargo xtask crash`.
+//! - `ironbus-connections` (`src/bin/connections.rs`): holds idle AMQP connections and reports
+//!   the server's memory per connection (`cargo xtask bench connections`).
+//! - Scripts, each behind a `cargo xtask bench` target: `side-by-side.sh` (RabbitMQ and both
+//!   ironbus stores in alternating rounds, each process's CPU per message; with `REVS="A B"`
+//!   ironbus revisions against each other, release builds from `git archive` by `lib.sh`),
+//!   `instructions.sh` (instructions per message under valgrind, which a noisy machine does not
+//!   move), `fanout.sh`, `filter-cost.sh`, `sessions.sh`, `forward.sh` (topics, filters,
+//!   session receivers, a one-hop auto-forward, each against its plain counterpart) and
+//!   `renew.sh` with `renew.py` (the sync Python SDK renewing locks from several threads).
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

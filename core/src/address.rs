@@ -15,6 +15,19 @@
 //! decoded. Names are not validated here (a path that names no entity is simply not found);
 //! creation validates them ([`crate::description::validate_entity_name`]).
 //!
+//! [`Address::parse`] takes a URI (`sb://`, `amqps://`, with a host) or a bare path and returns
+//! an entity's (sub-)queue ([`Address::Entity`]) or its `$management` node
+//! ([`Address::Management`]), each an [`EntityAddress`]. `$Transfer/$DeadLetterQueue` is the
+//! transfer dead-letter queue; `$Transfer` alone (the forwarder's transfer queue) is recognised
+//! and refused as not addressable ([`AddressError::NotImplemented`]).
+//! [`EntityPath::parse_listing`] names the parent of a listing path (`{topic}/Subscriptions`,
+//! `{topic}/Subscriptions/{name}/Rules`).
+//!
+//! **Architecture Invariant:** no other code parses `$DeadLetterQueue`, `$Transfer`,
+//! `Subscriptions`, `Rules` or `$management`: the AMQP transport resolves a terminus address
+//! and the HTTP transport what is left of a request path after its own keywords through this
+//! module.
+//!
 //! **Architecture Invariant:** a `Subscriptions` segment after the first one always starts a
 //! subscription path, so a queue or topic name never contains one: queue, topic, subscription
 //! and rule paths can share one key space without colliding.

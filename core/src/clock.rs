@@ -1,6 +1,11 @@
 //! Where time comes from. Every rule with a deadline (TTL, locks, scheduling, duplicate-detection
 //! windows) reads [`Clock::now`] and waits with [`Clock::sleep_until`], so tests drive time by
 //! hand with [`ManualClock`] instead of sleeping.
+//!
+//! **Architecture Invariant:** no rule reads the system time or sleeps. Enforced:
+//! `core/clippy.toml` disallows `Instant::now`, `SystemTime::now` and the sleeps of tokio and
+//! std, so clippy with `-D warnings` (`cargo xtask ci`) fails on one; the system clock itself,
+//! the store-write duration metric and test scratch names carry an `#[allow]` with the reason.
 
 use std::fmt;
 use std::future::Future;

@@ -3,6 +3,12 @@
 //! A message id seen at time `t` is a duplicate until `t + window`; a duplicate does not extend
 //! the window. On a partitioned entity the key is the MessageId together with the PartitionKey
 //! (messages with the same id but different partition keys are distinct), see [`DedupKey::of`].
+//!
+//! The partition records every id it admits (scheduled messages too) in its cycle's write,
+//! one duplicate-detection record per id with its expiry, and drops the record when the window
+//! ends; a rebuild restores the window from those records, so it survives restarts. A
+//! duplicate is answered as a successful send and dropped. The window is the entity's
+//! DuplicateDetectionHistoryTimeWindow: 20 s to 7 days, 10 minutes by default.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;

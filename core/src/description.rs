@@ -1,5 +1,9 @@
 //! Entity descriptions: Service Bus's queue properties, their defaults and their validation;
 //! topics, subscriptions and rules in [`topic`] (re-exported here).
+//!
+//! Entity names follow Service Bus's rules ([`validate_entity_name`]); [`NamespaceLimits`]
+//! holds the namespace quotas (queues and topics count against the entity quota). Some
+//! properties are kept and reported but not acted on: AutoDeleteOnIdle, EnableExpress.
 
 pub(crate) mod topic;
 

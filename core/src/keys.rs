@@ -9,6 +9,12 @@
 //! p <entity id u64> <partition u16> b <seq u64>   message body (what the sender sent; written once)
 //! p <entity id u64> <partition u16> m <seq u64>   meta record of a message in the main queue
 //! p <entity id u64> <partition u16> d <seq u64>   meta record of a message in the dead-letter queue
+//! p <entity id u64> <partition u16> t <seq u64>   … in the transfer queue (auto-forwarding)
+//! p <entity id u64> <partition u16> y <seq u64>   … in the transfer dead-letter queue
+//! p <entity id u64> <partition u16> v <seq u64>   … in the send-via transfer queue
+//! p <entity id u64> <partition u16> f <source entity id u64> <seq u64>
+//!                                                 transfer ledger record of a destination
+//!                                                 (a version byte; see `partition/transfer.rs`)
 //! p <entity id u64> <partition u16> u <dedup key> duplicate-detection entry (expiry)
 //! p <entity id u64> <partition u16> x <session id>  session state (updated-at, state bytes)
 //! ```

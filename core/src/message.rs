@@ -1,4 +1,10 @@
 //! Messages as the broker sees them: what the sender set, and what the broker adds.
+//!
+//! A [`Message`] carries what a sender sets plus `raw`, the transport's own encoding of it,
+//! kept so that a delivery need not re-encode it; [`BrokerProperties`] is what the broker
+//! adds, [`ReceivedMessage`] what a receiver gets, [`Disposition`] how it is settled.
+//! [`PropertyValue`] holds AMQP's property types, plus two that only rule values created over
+//! ATOM carry: `LocalTimestamp` (a dateTime without a zone) and `TimeSpan`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,7 +1,8 @@
 //! The metrics catalogue: every metric the core emits, with its help text. Names are API:
 //! `ironbus_<subsystem>_<what>_<unit>[_total]`, base units, `_total` on counters only, labels
 //! only from bounded sets. The server installs an exporter; the core only uses the `metrics`
-//! facade.
+//! facade. The one entity label, `entity` on the `ironbus_broker_subscription_*` counters, is
+//! bounded by the quotas (2,000 subscriptions per topic).
 
 /// Messages accepted by the broker (duplicates excluded). Label: `entity_kind` (queue; topic
 /// for its scheduled messages; subscription for each copy a subscription takes).

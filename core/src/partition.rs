@@ -25,6 +25,13 @@
 //! - `tally.rs` — per-cycle message counters for the metrics.
 //! - `transfer.rs` — auto-forwarding's transfer ids and the ledger of transfers a destination
 //!   stored (exactly once across crashes).
+//! - `transaction.rs` — a transaction's work and its commit, checked whole, then applied.
+//! - `topic.rs` — what a topic's partition holds beyond a queue's: a lane per subscription.
+//! - `tests.rs` — the seeded model test of the state (`IRONBUS_MODEL_SEEDS=1..500` runs more).
+//!
+//! **Architecture Invariant:** the state reads no clock, never sleeps and touches no store;
+//! `journal.rs` is the only code that turns a partition's records into keys and values (its
+//! write batch, its rebuild scans, its body reads).
 //!
 //! **Architecture Invariant:** the store is the truth, the in-memory state a cache of it. If a
 //! write fails, every reply of the cycle is an error, the partition is marked unavailable, and
@@ -36,6 +43,23 @@
 //! has room; deliveries, peeks and deferred receives read missing bodies from the store before
 //! the cycle's write (so even a message deleted in that cycle is still readable), prefetching
 //! ahead of the head of a backlog.
+//!
+//! A message is two records: its body, written once, and a small meta record (state, delivery
+//! count, dead-letter fields, properties the broker laid over the sender's) that every change
+//! rewrites. Settling deletes the meta record at once and the body in a **body sweep**: one
+//! range delete per 1,024 sequence numbers once the partition's lowest message has moved past
+//! them, which saves a store operation per message. A body settled above the lowest message
+//! (out of order, as session messages are) waits for that sweep too, remembered in memory, up
+//! to 8,192 per partition; beyond that it is deleted at once. Topic partitions share bodies
+//! between copies and do not sweep: a body goes with its last copy.
+//!
+//! **Architecture Invariant:** a body is deleted only once its message is gone: a swept range
+//! ends at the lowest message. A body left behind (awaiting a sweep, or forgotten by a restart)
+//! is never read again — sequence numbers are not reused and a rebuild reads meta records only
+//! — and the first sweep after a rebuild starts from the partition's beginning.
+//!
+//! **Architecture Invariant:** a partition never delivers without first reserving a unit of the
+//! receiver's credit.
 
 mod bodies;
 mod effects;

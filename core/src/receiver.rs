@@ -6,6 +6,10 @@
 //! ([`ReceiverShared::deliver`]) once its store write is durable. So no message is locked for a
 //! receiver that did not ask for it, and a client cannot tell how many partitions served it.
 //!
+//! Dropping a receiver detaches it and releases the messages it buffered but never handed out
+//! (without counting a delivery: the client never saw them); a session receiver's drop also
+//! releases its session. A session's receiver is registered with its session's partition only.
+//!
 //! **Architecture Invariant:** credit, reservations and the buffer change under one mutex, so
 //! `drain` sees every message that consumed credit.
 

@@ -8,6 +8,12 @@
 //! lexicographically by their bytes, applies a [`WriteBatch`] all-or-nothing, and when
 //! [`Store::write`] returns `Ok` the batch is durable to the store's promise (a memory store
 //! promises nothing across restarts; RocksDB promises the WAL was synced).
+//!
+//! A failure is a [`StoreError`] with a [`StoreErrorKind`] to branch on: `Unavailable` is
+//! retriable, every other kind is not. [`Store::health`] says whether a store can serve; the
+//! core does not consult it: a partition becomes unavailable when its write or its rebuild
+//! fails. Every store implementation runs the conformance suite of the `testing` module
+//! (feature `testing`).
 
 use std::fmt;
 

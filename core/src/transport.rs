@@ -1,6 +1,11 @@
 //! The front-end plug-in: a transport serves clients with a [`Broker`] until told to stop.
 //! Protocol knowledge (AMQP, HTTP) lives in transport crates; the server runs several side by
 //! side on one broker.
+//!
+//! Beside the trait: [`limits`], protocol-neutral connection limits (in all and per client IP
+//! address) that every transport re-exports and answers in its own protocol, and
+//! [`authorization`], what both transports ask the broker while checking a token (the entity
+//! an audience names, the authorization rules of the queue or topic a path is in).
 
 pub mod authorization;
 pub mod limits;

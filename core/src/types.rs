@@ -1,4 +1,8 @@
 //! Domain newtypes shared by every module: names, identifiers, times.
+//!
+//! On a partitioned entity a [`SequenceNumber`] carries the partition id in its top 16 bits
+//! and a [`LockToken`] (a UUID) in its first two bytes, so an operation by sequence number or
+//! a settlement by token alone finds its partition.
 
 use std::fmt;
 use std::time::Duration;

@@ -4,9 +4,10 @@
 //! has a `Name` and `Properties` with `FilterType` `Sql` or `Correlation`, `SqlFilter`,
 //! `CorrelationFilter` and an optional `Action`).
 //!
-//! What ironbus cannot do yet (sessions) is refused with a clear message rather than ignored.
-//! Loading is idempotent: an entity that already exists keeps its messages (and its rules);
-//! missing ones are created. A subscription that declares rules gets those rules instead of
+//! An unknown property or filter type is refused with a clear message rather than ignored.
+//! `Policies` (an ironbus extension) adds namespace policies, gathered with the command line's by
+//! [`authorizer`]. Loading is idempotent: an entity that already exists keeps its messages (and its
+//! rules); missing ones are created. A subscription that declares rules gets those rules instead of
 //! `$Default` (as a `DefaultRuleDescription` on an ATOM create does).
 
 use std::time::Duration;

@@ -1,6 +1,29 @@
 //! `ironbus`: the default server, assembled from the workspace's crates: the broker engine on the
 //! chosen store (RocksDB by default, in `--data-dir`), the AMQP and HTTP transports, SAS keys
 //! and entities declared in a config file.
+//!
+//! The only crate that names concrete stores and transports, and the only one that knows the
+//! Prometheus exporter. In order:
+//!
+//! - Flags, each also an `IRONBUS_*` variable.
+//! - SAS policies: the root policy, keyed by `--sas-key` or else by the emulator's public
+//!   development key (with which only loopback addresses may be served), plus `--policy
+//!   name:key:rights` and the config file's `Policies` (`config::authorizer`).
+//! - Stores: RocksDB in `--data-dir` by default (`--stores`, `--durability`,
+//!   `--body-cache-mb`), or memory; the broker opens on them and the time recovery took is
+//!   logged.
+//! - Entities from the Microsoft emulator's config format ([`config`]): missing ones are
+//!   created, a queue after the queues it forwards to (`ironbus_core::broker::creation_order`).
+//! - Transports until SIGTERM or Ctrl-C: AMQP (plain and AMQPS on `--amqps-addr`) and HTTP
+//!   (plain and HTTPS). [`tls`] holds the one certificate of every TLS listener. [`http`] holds
+//!   the HTTP side: its flags, the Prometheus recorder (explicit buckets for every histogram)
+//!   and the hidden `--testing-fault-injection`, which wraps every store in core's
+//!   `FaultyStore` and lets the compat suites make one partition unavailable through
+//!   `POST /$ironbus/faults`.
+//! - AMQP over WebSockets: the HTTP transport's WebSocket hook sends each upgraded stream to
+//!   the AMQP transport's `StreamSender`, so neither transport depends on the other.
+//!
+//! `examples/embedded.rs` shows the engine assembled by hand, without a network.
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

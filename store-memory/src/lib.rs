@@ -12,6 +12,12 @@
 //! Ranges follow [`Store::scan`]: an empty `end` means "no upper bound", and `start >= end`
 //! (with a non-empty `end`) is an empty range. A [`BatchOp::DeleteRange`] removes exactly the
 //! keys a scan of the same range would return.
+//!
+//! Its tests run the core's conformance suite on it directly and behind a fault-free
+//! `FaultyStore` (which must be indistinguishable from the store it wraps), and check with a
+//! toy snapshotting store that the suite's durability cases catch a store that forgets.
+//! **Architecture Invariant:** like every store, it depends on no workspace crate but
+//! `ironbus-core`.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;

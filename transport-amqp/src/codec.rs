@@ -64,7 +64,8 @@
 //! on a forwarded message), then the bare message from
 //! `raw` (with the application-properties section re-encoded from the core map when
 //! `application_properties_modified`), or encoded from the core fields when there is no raw.
-//! Every descriptor is small-ulong (`00 53 code`).
+//! **Architecture Invariant:** every descriptor written is small-ulong (`00 53 code`); the
+//! Python SDK parses nothing else.
 //!
 //! # Files
 //!

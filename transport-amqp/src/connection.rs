@@ -8,6 +8,27 @@
 //! at once, which keeps a link's messages in order) and its answer handled when it arrives.
 //! Writes go through a writer task, so a client that does not read cannot stall the loop.
 //!
+//! After a read the loop handles every frame already buffered (up to 256) before it answers.
+//! The tick (every 5 s) sends an empty frame after half the client's idle time-out of silence,
+//! and after 10 s at most, asked for or not: the Python SDK's keep-alive thread holds its
+//! socket lock while it waits to read, so its sends wait for our next frame. The tick also
+//! gives back empty read and output buffers, rolls back timed-out transactions, and closes a
+//! connection that sent nothing for twice the idle time-out we advertise.
+//!
+//! What a connection has waiting to be written (bytes handed to the writer, the output buffer,
+//! management responses held for their link) is bounded by `AmqpOptions::max_write_buffer`
+//! (4 MiB): deliveries and responses pause at half of it and the writer wakes the loop when it
+//! is under half again, so a slow reader with large credit is paused, not closed. Past the
+//! limit (plus the largest single delivery or response) the connection is closed with
+//! `amqp:resource-limit-exceeded` "the client is not reading": the writer finishes the chunk it
+//! is in (the peer must see whole frames) and writes the Close instead of the rest. A socket
+//! that takes no byte for `write_stall_timeout` (60 s) while bytes wait ends the connection
+//! too. `AmqpStats` counts connections, refusals, buffered bytes
+//! and these closes.
+//!
+//! **Architecture Invariant:** a connection's unwritten bytes stay under its write-buffer limit
+//! plus one delivery or response, whatever the client does.
+//!
 //! **Architecture Invariant:** the broker delivers to a link only against the credit the
 //! client gave it (`Receiver::set_outstanding`), and this loop sends a delivery only while the
 //! link has credit and the session's remote incoming window is open.

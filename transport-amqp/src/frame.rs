@@ -5,6 +5,9 @@
 //! reject short or oversized frames without panicking, split outgoing transfers ourselves (so
 //! session transfer ids stay exact), and keep transfer payloads as received bytes.
 //!
+//! Read room starts at 2 KiB and doubles while reads fill it, up to 64 KiB; an idle
+//! connection's tick gives its empty read buffer back, so an idle connection holds little.
+//!
 //! **Architecture Invariant:** nothing here panics on input: every length is checked before it
 //! is used, and malformed input is a [`FrameError`] that closes the connection. A performative
 //! reaches `serde_amqp` only as a slice that [`guard::check_value`] has passed, so no declared

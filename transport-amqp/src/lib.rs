@@ -12,6 +12,28 @@
 //! a [`StreamSender`] (AMQP over WebSockets, upgraded by the HTTP transport); all are served by
 //! the same connection code under the same limits ([`listener`]).
 //!
+//! # Map
+//!
+//! - [`listener`] — where connections come from (TCP, TLS, handed-over streams), one accept
+//!   loop, connection limits.
+//! - [`frame`] and [`guard`] — framing, and the bounds check every encoded value passes before
+//!   `serde_amqp` sees it.
+//! - [`connection`] — one task per connection, and one file per concern under it: SASL,
+//!   sessions, links, the client's transfers, our deliveries, `$cbs`, `$management` requests,
+//!   addresses, transactions.
+//! - [`codec`] — messages in and deliveries out; [`request`] — the request/response envelopes
+//!   of `$cbs` and `$management`; [`management`] — one file per `$management` operation;
+//!   [`error`] — core errors as the conditions the SDKs recognise.
+//! - `limits` — the core's protocol-neutral connection limits, re-exported. Over a limit
+//!   (`--max-connections`, `--max-connections-per-ip`, both off by default) a connection gets
+//!   the usual handshake, SASL included, an Open and at once a Close with
+//!   `amqp:resource-limit-exceeded` naming the limit; at most 64 refusals are answered at once,
+//!   the rest are closed unanswered.
+//!
+//! Transactions are scoped to their *connection* (the .NET SDK puts the controller and the
+//! links on different sessions) and commit through the core's via partition. What an idle
+//! connection costs is measured by `cargo xtask bench connections` (figures in BENCHMARKS.md).
+//!
 //! **Architecture Invariant:** protocol knowledge stays here; Service Bus semantics stay in the
 //! core. This crate depends on no workspace crate but `ironbus-core`.
 

@@ -2,7 +2,10 @@
 //! streams handed over by other front ends ([`StreamSender`]: AMQP over WebSockets). Every
 //! connection, whatever its stream, is admitted by one accept loop under one
 //! [`ConnectionCounter`] and served by the same connection code ([`connection::serve`]), so the
-//! connection limits, the write-buffer bound and the stall time-out apply to all alike.
+//! connection limits, the write-buffer bound and the stall time-out apply to all alike. Each is
+//! split into a read and a write half; the writer flushes whenever its queue is empty, since a
+//! TLS or WebSocket stream may hold back what it accepted. AMQPS is TLS from the first byte, as
+//! on Service Bus's port 5671, with rustls and the certificate the server gives.
 //!
 //! **Architecture Invariant:** a connection holds its permit from the moment it is accepted
 //! (before a TLS handshake), and a TLS handshake that does not finish within

@@ -4,6 +4,12 @@
 //! One handler per operation, each in its own file under `management/`, picked by
 //! [`Operation`] (the request's `operation` property), which also names the right the
 //! operation needs. A new operation is one more variant and one more file.
+//!
+//! What a request brings besides its message (the session receiver the connection holds for
+//! its `session-id`, the transaction its transfer names) is a `Context`. Schedule, cancel,
+//! update-disposition and set-session-state add their work to that transaction; the others run
+//! as without one (rule changes in a transaction on a partitioned topic are refused with
+//! `amqp:not-allowed`).
 
 mod cancel_scheduled;
 mod fields;

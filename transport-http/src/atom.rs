@@ -1,7 +1,12 @@
 //! The ATOM documents of the management API (http.md B.4–B.9): the entry and feed envelopes
 //! every entity kind shares, `$namespaceinfo`, and the dispatch of a PUT body to its kind's
 //! parser. Each kind's description — its XML out and in — lives in its own module beside this
-//! one ([`queue`]; topics, subscriptions and rules join there).
+//! one ([`queue`], [`topic`], [`subscription`], [`rule`]), and a queue's or topic's
+//! `<AuthorizationRules>` in [`authorization`].
+//!
+//! Before a description reaches the core it passes two checks here: its api-version
+//! ([`check_api_version`]), and a MaxMessageSizeInKilobytes within the namespace tier's range
+//! ([`fit_to_tier`]; an update may send back the entity's current size).
 //!
 //! Output is written as text in the one shape both clients accept: unprefixed Atom and
 //! description elements, `CountDetails` with exactly one `xmlns:d2p1` attribute and prefixed

@@ -3,8 +3,8 @@
 //!
 //! - The REST data plane ([`dataplane`]): send, batch send, peek-lock, receive-and-delete,
 //!   unlock, complete, renew lock.
-//! - The ATOM management API ([`atom`]): queues' create / get / update / delete / list with
-//!   runtime counts, and `$namespaceinfo`.
+//! - The ATOM management API ([`atom`]): create / get / update / delete / list of queues,
+//!   topics, subscriptions and rules with their runtime counts, and `$namespaceinfo`.
 //! - AMQP over WebSockets ([`websocket`]): `GET /$servicebus/websocket` upgrades to a WebSocket
 //!   whose binary messages carry AMQP; the byte stream goes to the server's hook
 //!   ([`HttpConfig::websocket`]), which hands it to the AMQP transport.
@@ -14,13 +14,25 @@
 //! Every API request carries a SAS token in its `Authorization` header, checked with the core's
 //! [`Authorizer`] (the same rules as the AMQP transport's CBS).
 //!
+//! Two listeners: a plain one (REST, management, `/health`, `/metrics`) and a TLS one (REST,
+//! management; rustls, the certificate from the server). [`routes`] turns a request into a
+//! route (keywords matched from the right, what is left parsed by the core's address grammar);
+//! [`service`] authorizes and serves it; [`error`] is the one mapping of broker errors to
+//! statuses; [`timefmt`] the APIs' time formats; [`metrics`] this transport's metrics.
+//!
+//! Connection limits (`--max-connections`, `--max-connections-per-ip`, off by default; the
+//! core's protocol-neutral counting, re-exported as `limits`) count the plain and TLS listeners
+//! together. A connection over a limit is served by a router that answers every request 503
+//! with Service Bus's error body naming the limit, `Connection: close` and `Retry-After: 1`.
+//!
 //! **Architecture Invariant:** protocol knowledge stays here; Service Bus semantics stay in the
 //! core. This crate depends on no workspace crate but `ironbus-core`, and on no metrics exporter:
 //! the server hands it a function that renders the exposition text.
 //!
 //! **Architecture Invariant:** bad input is answered with a 4xx status and a message (never a
 //! 5xx, which makes the Python SDK retry for minutes, and never a panic); 5xx means the broker
-//! itself cannot serve (a partition or store unavailable).
+//! itself cannot serve (a partition or store unavailable). A body over
+//! [`HttpConfig::max_body_bytes`] is 413.
 
 pub mod atom;
 pub mod dataplane;

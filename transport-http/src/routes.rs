@@ -4,7 +4,10 @@
 //! queue names may themselves contain `/` (http.md pitfall 2). A fixed axum pattern per route
 //! cannot express that, so one fallback handler routes with [`route`]. This module knows the
 //! HTTP keywords (`$Resources`, `messages`, `head`, lock URIs); what is left of the path is an
-//! address, parsed by the core's one grammar ([`Address::parse`]).
+//! address, parsed by the core's one grammar ([`Address::parse`]): queues, topics,
+//! subscriptions and rules route to one entity handler, `{topic}/Subscriptions` and
+//! `{topic}/Subscriptions/{name}/Rules` to listings. A transfer queue (`$Transfer`), which the
+//! grammar recognises but no client may address, is answered 501 after authorization.
 
 use axum::http::Method;
 use ironbus_core::{Address, AddressError, EntityAddress, EntityPath, PathShape, SubQueue};

@@ -1,5 +1,12 @@
 //! The request handler: authorization, routing, management, health, metrics. One axum fallback
 //! handler serves everything (see [`routes`](crate::routes) for why).
+//!
+//! Every API request is authorized with the core's `Authorizer`, and a token no namespace
+//! policy signed against the authorization rules of the entity the request is about; every
+//! failure is 401 with the reason, missing rights in Service Bus's words. Management goes by
+//! `EntityPath` through the core's generic operations, by the kind the namespace holds (GET,
+//! DELETE) or the body describes (PUT): create 201, conflict 409, update with `If-Match: *`
+//! 200, delete 200, paged lists.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;

@@ -1,14 +1,14 @@
 //! Workspace invariants, checked by plain `#[test]`s so that `cargo test --workspace` enforces
 //! them (rust-analyzer's `tidy.rs` convention).
 //!
-//! Each check is a pure function over the `cargo metadata` graph or a manifest's text, and has
-//! unit tests on synthetic input showing that it reports a violation: a check that cannot fail
-//! proves nothing.
+//! Each check is a pure function over the `cargo metadata` graph, a manifest's text or a
+//! document's text, and has unit tests on synthetic input showing that it reports a violation:
+//! a check that cannot fail proves nothing.
 
 use std::{
     collections::{BTreeMap, BTreeSet, VecDeque},
     fs,
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::OnceLock,
 };
 
@@ -81,6 +81,116 @@ fn docs_exist() {
     let missing: Vec<&str> =
         DOCS.iter().copied().filter(|doc| !workspace_root().join(doc).is_file()).collect();
     assert!(missing.is_empty(), "missing at the workspace root: {}", missing.join(", "));
+}
+
+// ---- ARCHITECTURE.md: a map whose every path leads somewhere ----
+
+/// The architecture map (issue 25: "a map, not a manual").
+const ARCHITECTURE: &str = "ARCHITECTURE.md";
+/// The most lines the map may have; detail beyond it belongs in the crates' `//!` docs.
+const ARCHITECTURE_MAX_LINES: usize = 300;
+/// File name endings that make a code span a path even without a `/`.
+const PATH_EXTENSIONS: &[&str] = &[".rs", ".md", ".toml", ".sh", ".py", ".json"];
+
+#[test]
+fn architecture_names_only_existing_paths() {
+    let text = fs::read_to_string(workspace_root().join(ARCHITECTURE)).unwrap();
+    let missing = missing_paths(workspace_root(), &text);
+    assert!(
+        missing.is_empty(),
+        "{ARCHITECTURE} names paths that do not exist (write every path from the workspace \
+         root; `named_paths` in xtask/src/tidy.rs says what counts as a path):\n  {}",
+        missing.join("\n  ")
+    );
+    assert!(
+        named_paths(&text).len() >= 20,
+        "{ARCHITECTURE} names hardly any paths: is the check still reading it?"
+    );
+}
+
+#[test]
+fn architecture_is_a_map_not_a_manual() {
+    let text = fs::read_to_string(workspace_root().join(ARCHITECTURE)).unwrap();
+    if let Err(message) = check_line_count(ARCHITECTURE, &text, ARCHITECTURE_MAX_LINES) {
+        panic!("{message}");
+    }
+}
+
+/// The repository paths `markdown` names, with their line numbers: its inline code spans
+/// (single backticks; fenced code blocks are not read) that
+///
+/// - consist of path characters only: ASCII letters and digits, `_`, `-`, `.` and `/` — so
+///   placeholders (`{topic}/Subscriptions`), elisions (`…/Rules`), sub-queue names
+///   (`$Transfer/$DeadLetterQueue`), URLs (`sb://host/q`), `<data-dir>/tls/`, commands with
+///   spaces and Rust paths (`Broker::send`) are not paths;
+/// - do not start with `/` (an HTTP route such as `/health`) or `../` (outside the
+///   repository, such as the shared protocol notes);
+/// - contain a `/` or end in one of [`PATH_EXTENSIONS`].
+///
+/// A path is relative to the workspace root; one ending in `/` names a directory.
+fn named_paths(markdown: &str) -> Vec<(usize, &str)> {
+    let mut found = Vec::new();
+    let mut in_fence = false;
+    let mut offset = 0;
+    // Text outside fenced blocks, as (byte offset, text) runs, so a span may cross a line
+    // break inside a paragraph but never a fence.
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for line in markdown.split_inclusive('\n') {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+        } else if !in_fence {
+            match runs.last_mut() {
+                Some((_, end)) if *end == offset => *end += line.len(),
+                _ => runs.push((offset, offset + line.len())),
+            }
+        }
+        offset += line.len();
+    }
+    for (start, end) in runs {
+        let run = &markdown[start..end];
+        let mut at = 0;
+        for (i, piece) in run.split('`').enumerate() {
+            if i % 2 == 1 && is_repository_path(piece) {
+                let line = markdown[..start + at].matches('\n').count() + 1;
+                found.push((line, piece));
+            }
+            at += piece.len() + 1;
+        }
+    }
+    found
+}
+
+fn is_repository_path(span: &str) -> bool {
+    let path_chars =
+        span.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/'));
+    let looks_like_one =
+        span.contains('/') || PATH_EXTENSIONS.iter().any(|ext| span.ends_with(ext));
+    path_chars
+        && looks_like_one
+        && !span.starts_with('/')
+        && !span.starts_with("../")
+        && span != "."
+}
+
+/// The paths `markdown` names that do not exist under `root`, each as `line N: `path``.
+fn missing_paths(root: &Path, markdown: &str) -> Vec<String> {
+    named_paths(markdown)
+        .into_iter()
+        .filter(|(_, path)| !root.join(path).exists())
+        .map(|(line, path)| format!("line {line}: `{path}`"))
+        .collect()
+}
+
+/// Fails when `text` (the document `name`) has more than `max` lines.
+fn check_line_count(name: &str, text: &str, max: usize) -> Result<(), String> {
+    let lines = text.lines().count();
+    if lines > max {
+        return Err(format!(
+            "{name} has {lines} lines, more than {max}: it is the map, not the manual; move \
+             detail into the `//!` docs of the crate or module it describes"
+        ));
+    }
+    Ok(())
 }
 
 /// The metric catalogues, whose string constants name every metric ironbus emits.
@@ -584,4 +694,55 @@ winapi = { version = "0.3", features = [
             r#"[target.cfg(windows).dependencies] winapi = { features = ["winbase"], version = "0.3" }"#,
         ]
     );
+}
+
+// ---- the ARCHITECTURE.md checks, on synthetic input ----
+
+const SAMPLE_MAP: &str = "\
+# A map
+- `core/src/made_up.rs` — a module that is not there; `xtask/src/tidy.rs` is.
+- `core/src/broker/` a folder, `Cargo.toml` a file at the root, `README.md` too.
+- Not paths: `{topic}/Subscriptions/{name}`, `…/Rules`, `$Transfer/$DeadLetterQueue`,
+  `sb://host/q`, `/health`, `../shared/protocol/amqp.md`, `Broker::send`, `cargo xtask ci`,
+  `<data-dir>/tls/`, `x-opt-lock-token`, `main.rs` is one (and does not exist at the root).
+- A span across a line break: `core/src/no_such
+  file.rs` is not a path (it has a space).
+```text
+`fenced/made_up.rs` is inside a fence
+```
+A path outside backticks, core/src/unchecked.rs, is prose.
+Last: `fuzz/seeds/`.
+";
+
+#[test]
+fn paths_are_the_code_spans_that_look_like_paths() {
+    assert_eq!(
+        named_paths(SAMPLE_MAP),
+        [
+            (2, "core/src/made_up.rs"),
+            (2, "xtask/src/tidy.rs"),
+            (3, "core/src/broker/"),
+            (3, "Cargo.toml"),
+            (3, "README.md"),
+            (6, "main.rs"),
+            (13, "fuzz/seeds/"),
+        ]
+    );
+}
+
+#[test]
+fn a_made_up_path_is_reported_with_its_line() {
+    assert_eq!(
+        missing_paths(workspace_root(), SAMPLE_MAP),
+        ["line 2: `core/src/made_up.rs`", "line 6: `main.rs`"]
+    );
+}
+
+#[test]
+fn a_map_over_the_line_limit_is_reported() {
+    let short = "line\n".repeat(300);
+    assert_eq!(check_line_count("MAP.md", &short, 300), Ok(()));
+    let long = "line\n".repeat(301);
+    let error = check_line_count("MAP.md", &long, 300).unwrap_err();
+    assert!(error.starts_with("MAP.md has 301 lines, more than 300"), "{error}");
 }

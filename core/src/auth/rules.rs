@@ -5,6 +5,11 @@
 //! primary or secondary key is valid for that entity and everything below it (a topic's
 //! subscriptions, sub-queues, `$management`), with the rule's rights — never for another entity
 //! or the namespace.
+//!
+//! Rules live in their entity's description (`QueueDescription`, `TopicDescription`) and so in
+//! its entity record (version 2 and later). They are validated here: at most 12 per entity,
+//! key names and keys within Service Bus's lengths, at least one right, names unique whatever
+//! their case.
 
 use std::fmt;
 use std::str::FromStr;

@@ -2,6 +2,12 @@
 //! and the **forwarder**, which moves what a source's transfer queue holds into its
 //! destination through the destination's normal publish path.
 //!
+//! The rules (`Broker::check_forwarding`, at create and update): each destination is a queue
+//! or topic of the namespace, named plainly or as `sb://host/name` (an entity may name
+//! itself); a session-enabled entity forwards to a topic, not to a queue; refusals carry
+//! Service Bus's `SubCode=40000` / `SubCode=40400` texts. Receivers, peeks and deferred
+//! receives on what an entity forwards are refused.
+//!
 //! One forwarder task per forwarding entity (a queue or a subscription), fed by every
 //! partition of it like a receiver: a [`Receiver`] on the entity's transfer queue
 //! (`SubQueue::Transfer`, peek-lock), which a partition fills in the same write that would have
@@ -20,6 +26,17 @@
 //!    release what must wait (a missing destination, an unavailable partition);
 //! 4. once the completions are durable, tells the destination partitions to forget those
 //!    transfer ids.
+//!
+//! A forwarder starts with its entity (at start-up, on create, on the update that sets a
+//! rule), idles while the entity has no rule, and ends when the entity is deleted. What must
+//! wait is tried again after 1 s, doubling up to 30 s, measured on the [`Clock`](crate::Clock).
+//!
+//! The same forwarder drains an entity's **send-via transfer queue** (`SubQueue::SendVia`):
+//! what transactions sent *through* the entity to other queues or topics, each message naming
+//! its destination. A refusal there dead-letters into the entity's transfer dead-letter queue
+//! (`$Transfer/$DeadLetterQueue`) instead of its dead-letter queue. That forwarder starts at
+//! the first commit that sends through the entity, and at start-up for entities whose
+//! partitions hold such transfers.
 //!
 //! A crash or a failed write between 2 and 3 leaves the transfer in the source (locks are
 //! memory only): it is sent again and the destination answers "duplicate" from its ledger, so

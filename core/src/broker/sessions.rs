@@ -7,6 +7,16 @@
 //! the partition its SessionId routes to ([`router::partition_for_key`]), and accepting the
 //! next session looks at every partition of the entity.
 //!
+//! Accepting the next session takes, in one partition, the unlocked session whose first
+//! available message is oldest, and the partitions take turns — deliberately not the oldest
+//! over all partitions: Service Bus documents no order across partitions, taking turns costs
+//! one partition per accept instead of asking all of them, and it spreads concurrent accepts
+//! over the partitions' actors. Without a ready session it waits for the partitions'
+//! notifications until a time-out measured on the clock, then fails with
+//! [`SessionError::Timeout`]. [`Broker::list_sessions`] merges every partition's sessions in
+//! id order. A send without SessionId to a session entity, a plain receiver on a session
+//! entity and a session receiver on a plain one are refused with Service Bus's wording.
+//!
 //! **Architecture Invariant:** an accept that is given up (its future dropped) leaves nothing
 //! locked: its receiver is closed and detached from the partition, which releases whatever it
 //! was granted, in the partition's command order.

@@ -3,7 +3,13 @@
 //! A topic is an entity with partitions like a queue; a subscription is a *lane* in each of
 //! its topic's partitions (see `partition/topic.rs`), reached through handles of its own; a
 //! rule has no partitions: its record is read into its subscription's compiled [`RuleSet`],
-//! which is handed to the lanes whenever a rule or the subscription changes.
+//! which is handed to the lanes whenever a rule or the subscription changes, so a rule change
+//! applies to messages published after it.
+//!
+//! A subscription is created with its first rule (the one given, else `$Default`, a true
+//! filter) in one namespace write. Quotas per topic: 2,000 subscriptions, 2,000 SQL filters
+//! (true and false filters count as SQL) and 100,000 correlation filters, all counted by one
+//! function over the namespace's rule records.
 //!
 //! **Architecture Invariant:** a subscription's records live in its topic's partitions'
 //! stores, under the subscription's own entity id; a topic's delete removes its

@@ -7,9 +7,13 @@
 //! accepting the next session takes the oldest without looking at the others.
 //!
 //! **Architecture Invariant:** an entity without sessions has no `SessionIndex` (the index's
-//! `sessions` is `None`): sessions cost a plain entity nothing. A session message's lock in
-//! the lock table never expires by itself; the session lock is its expiry, and the session
-//! lock's expiry releases (and counts a delivery for) every message it had locked.
+//! `sessions` is `None`) and its meta records no SessionId: sessions cost a plain entity
+//! nothing. A session has one holder; its messages are delivered only to the holder, in
+//! sequence order (an abandoned one is next again). A session message's lock in the lock table
+//! never expires by itself; the session lock is its expiry (what a delivery reports as
+//! locked-until), and the session lock's expiry releases (and counts a delivery for) every
+//! message it had locked, while a release (the holder dropped) counts none. Session locks are
+//! memory only, like message locks: a rebuild loses them and their holders see the lock lost.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;

@@ -6,13 +6,16 @@
 //! The topic's own lane (the partition's [`PartitionState`]) keeps the sequence counter, the
 //! duplicate-detection window and scheduled messages; each subscription's lane is a
 //! `PartitionState` of its own (index, locks, receivers) whose records live under the
-//! subscription's entity id.
+//! subscription's entity id. A publish checks duplicates and takes its sequence number in the
+//! topic's lane; each lane's compiled rules decide its copies; a scheduled message waits in the
+//! topic's lane and fans out when it comes due.
 //!
 //! **Architecture Invariant:** a published message's body is stored once, under the topic, at
 //! the sequence number of the publish; every plain copy (one per subscription that takes it)
 //! is a meta record under that same number in its subscription's lane. A copy changed by a
 //! rule action has a number of its own and a meta record holding what the action changed and
-//! where the body it shares is. `refs` counts the copies (and
+//! where the body it shares is (a meta record of version 2 or later: the body's number, what
+//! the action set and removed, laid over the body on delivery). `refs` counts the copies (and
 //! the scheduled entry) that use each body: a body is deleted when its count reaches zero, and
 //! counts are rebuilt from the lanes' records on recovery.
 

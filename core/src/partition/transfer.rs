@@ -11,6 +11,13 @@
 //! an id once the source's completion is durable (after that, the transfer can never come
 //! again).
 //!
+//! **Architecture Invariant:** a forwarding entity's messages never become available in its
+//! main queue: what would (a send, a forwarded message, a scheduled message coming due, a
+//! topic's copy) goes to its transfer queue in the same write, as dead letters do with
+//! ForwardDeadLetteredMessagesTo; a rule set or removed by an update (or found changed at a
+//! rebuild) moves the messages between the sub-queues. Transfer-queue messages never expire
+//! and never dead-letter by delivery count.
+//!
 //! **Architecture Invariant:** a transfer is recorded in the destination's ledger in the same
 //! write that stores the message, and in the one partition the transfer's routing key always
 //! picks (SessionId, PartitionKey, MessageId, else the transfer id), so a re-sent transfer

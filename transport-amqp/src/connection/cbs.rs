@@ -1,5 +1,12 @@
 //! `$cbs`: put-token requests, and the claims (`Grants`) they and SASL PLAIN give the
 //! connection.
+//!
+//! A token is checked against the namespace policies and then the authorization rules of the
+//! entity its audience names, before the next frame is read; the answer is 400 for a malformed
+//! token, 401 for a refused one, and 404 when the audience names an entity that does not exist
+//! (as Service Bus answers: the SDKs report an authentication error). Links and `$management`
+//! requests without the right their node or operation needs get `amqp:unauthorized-access` in
+//! Service Bus's words.
 
 use fe2o3_amqp_types::primitives::Value;
 use ironbus_core::auth::{

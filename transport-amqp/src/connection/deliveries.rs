@@ -1,6 +1,14 @@
 //! Our deliveries to the client's receiver links (only against link credit and the remote
 //! session window), and their settlement: dispositions read, handed to the broker per entity
 //! and partition, outcomes echoed.
+//!
+//! The settlements read in one turn of the loop go to the broker together, one request per
+//! entity and partition (`Broker::start_settle_many`), so a burst of dispositions costs a store
+//! write per partition, not one per message. A Detach or an End hands the settlements read
+//! before it over first: a session link's detach releases its session, which must not release
+//! (and redeliver) messages the client had just accepted. The unsettled deliveries of a gone
+//! session link are remembered (bounded), and a later disposition of one fails with
+//! `com.microsoft:session-lock-lost`.
 
 use fe2o3_amqp_types::definitions::{Handle, Role};
 use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Modified, Outcome, Rejected, Released};

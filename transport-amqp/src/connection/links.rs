@@ -1,5 +1,12 @@
 //! Links: attach (authorization, existence, the link's state), refusal, detach, and credit —
 //! the client's flow for our sender links, our top-ups for the client's sender links.
+//!
+//! A session receiver link (`com.microsoft:session-filter`) gets a `SessionReceiver` instead of
+//! a `Receiver`; the attach reply echoes the session id and its lock's expiry
+//! (`com.microsoft:locked-until-utc`, in .NET ticks). An accept of the next session waits off
+//! the loop and is aborted by a detach. A link whose session lock is lost is detached with
+//! `com.microsoft:session-lock-lost` a second after the loss: the session is free at once, and
+//! a client that closes the link as its lock runs out gets a clean close.
 
 use std::collections::VecDeque;
 use std::ops::Deref;

@@ -1,5 +1,12 @@
 //! Request/response nodes: request deliveries accepted, `$management` requests authorized and
 //! started on the broker, and responses routed to the client's response link.
+//!
+//! A `$management` request is authorized by the right its operation names. A request sent
+//! unsettled is accepted after its response is handed to the response link, so that when the
+//! link has credit the response is written before the disposition: a sync client that reads
+//! one frame at a time from several threads stops reading at its response, and the disposition
+//! behind it ends the read of a thread whose response another thread took. Without credit on
+//! the response link the disposition goes first and the response waits for credit.
 
 use bytes::Bytes;
 use fe2o3_amqp_types::definitions::Role;

@@ -13,6 +13,20 @@
 //! A cross-entity session (.NET `EnableCrossEntityTransactions`, Java
 //! `crossentity-coordinator`) is one whose first link is a coordinator: its first entity link
 //! names the via entity of the transactional work done on its links.
+//!
+//! Coordinator links are accepted on any session, several per session and before CBS;
+//! distributed or promotable capabilities are refused with `amqp:precondition-failed`. A
+//! declare is answered at once; a discharge (commit or rollback) runs off the loop and is
+//! answered from its event; an unknown, foreign or timed-out txn-id is rejected with
+//! `amqp:transaction:unknown-id`. A transactional disposition is answered at once with the
+//! transactional state but left unsettled until the commit settles it, so after a rollback the
+//! same delivery or lock token settles again. A `$management` request carrying a
+//! transactional state (pre-settled ones too) is polled once when read, so its work is in the
+//! transaction before a discharge read after it. A send-via link
+//! (`com.microsoft:transfer-destination-address`) needs Send on both paths and sends through
+//! the target's transfer queue. At most 1000 transactions per connection are open at once (a
+//! declare beyond is `amqp:resource-limit-exceeded`). Transactional acquisition (a `txn-id` in
+//! a flow) is not offered: the link is detached with `amqp:not-implemented`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
