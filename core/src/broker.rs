@@ -1196,11 +1196,11 @@ fn by_partition<'a>(
     groups
 }
 
-/// Asks every partition of an entity at once; answers in partition order.
 /// Settlements bound for one partition: the partition, the items' places in the caller's
 /// list, and the items.
 type SettleGroup = (PartitionId, Vec<usize>, Vec<(LockToken, Disposition)>);
 
+/// Asks every partition of an entity at once; answers in partition order.
 pub(crate) async fn ask_all<T>(
     entity: &EntityHandle,
     make: impl Fn(oneshot::Sender<Result<T>>) -> Command,

@@ -449,7 +449,6 @@ impl Forwarder {
         }
     }
 
-    /// Forwards one batch. False if some of it has to wait.
     /// Tells every destination partition what it may forget now.
     fn flush_forgets(&mut self) {
         for ((destination, partition), ids) in self.forget.drain() {
@@ -461,6 +460,7 @@ impl Forwarder {
         }
     }
 
+    /// Forwards one batch. False if some of it has to wait.
     async fn forward(&mut self, batch: Vec<ReceivedMessage>) -> bool {
         let description = self.entity.description();
         let source = &self.entity.path;
