@@ -34,7 +34,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Broker, EntityHandle, Reservation};
+use super::sending::Reservation;
+use super::{Broker, EntityHandle};
 use crate::address::{EntityAddress, EntityPath};
 use crate::description::QueueDescription;
 use crate::entity::EntityKind;

@@ -32,7 +32,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{Broker, EntityHandle, Reservation};
+use super::sending::Reservation;
+use super::{Broker, EntityHandle};
 use crate::address::{EntityAddress, EntityPath};
 use crate::entity::EntityKind;
 use crate::error::{BrokerError, Result};
