@@ -331,7 +331,7 @@ impl Broker {
                 )))
             }
         };
-        let partitions = if kind == EntityKind::Rule {
+        let partitions = if !has_partitions(kind) {
             Vec::new()
         } else {
             (0..description.partitions())
@@ -586,6 +586,25 @@ fn entity_info(record: &EntityRecord) -> EntityInfo {
         description: record.description.clone(),
         created_at: record.created_at,
         updated_at: record.updated_at,
+    }
+}
+
+/// Whether an entity of this kind is reached through partitions and keeps records under its
+/// entity id (a subscription's are lanes of its topic's partitions); a rule is only its record
+/// in the namespace.
+fn has_partitions(kind: EntityKind) -> bool {
+    match kind {
+        EntityKind::Queue | EntityKind::Topic | EntityKind::Subscription => true,
+        EntityKind::Rule => false,
+    }
+}
+
+/// Whether messages can be sent to an entity of this kind: a queue or a topic (a
+/// subscription takes its topic's messages, a rule none).
+fn takes_sends(kind: EntityKind) -> bool {
+    match kind {
+        EntityKind::Queue | EntityKind::Topic => true,
+        EntityKind::Subscription | EntityKind::Rule => false,
     }
 }
 

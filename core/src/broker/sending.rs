@@ -15,8 +15,9 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{by_partition, sessions, Broker, EntityHandle};
+use super::{by_partition, sessions, takes_sends, Broker, EntityHandle};
 use crate::address::EntityAddress;
+use crate::description::QueueDescription;
 use crate::entity::EntityKind;
 use crate::error::{BrokerError, Result};
 use crate::message::Message;
@@ -114,7 +115,7 @@ impl Broker {
         messages: &[Message],
     ) -> Result<(Arc<EntityHandle>, u64)> {
         let entity = self.entity(&address.entity)?;
-        if !matches!(entity.kind, EntityKind::Queue | EntityKind::Topic) {
+        if !takes_sends(entity.kind) {
             return Err(BrokerError::InvalidOperation(format!(
                 "messages cannot be sent to {} {}: send to its topic",
                 entity.kind.as_str(),
@@ -133,8 +134,7 @@ impl Broker {
                 status: description.status.as_str(),
             });
         }
-        if description.requires_session
-            && entity.kind == EntityKind::Queue
+        if requires_session_id(&entity, &description)
             && messages.iter().any(|m| m.properties.session_id.is_none())
         {
             return Err(BrokerError::InvalidOperation(sessions::SESSION_ID_NOT_SET.into()));
@@ -240,4 +240,13 @@ fn send_round_robin(entity: Arc<EntityHandle>, messages: Vec<Arc<Message>>) -> S
         }
         outcome
     })
+}
+
+/// Whether the entity refuses a message without a SessionId: a session-enabled queue does; a
+/// topic takes it (its session-enabled subscriptions dead-letter their copy).
+pub(super) fn requires_session_id(entity: &EntityHandle, description: &QueueDescription) -> bool {
+    match entity.kind {
+        EntityKind::Queue => description.requires_session,
+        EntityKind::Topic | EntityKind::Subscription | EntityKind::Rule => false,
+    }
 }
