@@ -1,7 +1,7 @@
 //! The broker: the handle transports call. It holds the namespace (entities and their
 //! partitions), routes each operation to the partitions it concerns, and runs management.
 //!
-//! This file holds the handle ([`Broker`], [`EntityHandle`]), opening the namespace, starting
+//! This file holds the handle ([`Broker`], `EntityHandle`), opening the namespace, starting
 //! an entity's partitions, and the management calls generic over the kind, which send each
 //! kind where it is handled with an exhaustive `match` on [`EntityKind`]. By concern:
 //!

@@ -1,7 +1,7 @@
 //! Sessions of a session-enabled entity: [`SessionIndex`], the session table of one partition
 //! (or subscription lane) — its sessions' messages, locks and state, kept beside the
 //! [`Index`](super::index::Index) — and the session rules of
-//! [`PartitionState`](super::state::PartitionState) that act on it: accepting a session (a
+//! [`PartitionState`] that act on it: accepting a session (a
 //! named one, or the next ready one), renewing and releasing its lock, its state, delivering
 //! its messages to its holder only, and peeking and receiving its deferred messages.
 //!

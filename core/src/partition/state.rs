@@ -3,9 +3,9 @@
 //! The state applies what time made due ([`PartitionState::process_due`]), commands
 //! ([`PartitionState::apply`]) and deliveries ([`PartitionState::deliver_available`]) at a
 //! `now` it is given, and accumulates what follows in its [`Effects`]: the records to write
-//! (through the [`Journal`](super::journal::Journal)), deliveries, answers and replies. The
-//! actor writes, delivers and replies. Nothing here reads a clock, sleeps or touches the store,
-//! which is what lets the model test in `partition/tests.rs` drive it step by step.
+//! (through the [`Journal`]), deliveries, answers and replies. The actor writes, delivers and
+//! replies. Nothing here reads a clock, sleeps or touches the store, which is what lets the
+//! model test in `partition/tests.rs` drive it step by step.
 //!
 //! This file holds the state itself, its rebuild from the store and the dispatch of commands
 //! to the rules, which are `impl PartitionState` blocks in one file per concern:
@@ -76,7 +76,7 @@ pub(crate) struct PartitionState {
     /// (re)built; above it, up to the lowest message, bodies may be left for the next sweep.
     swept_to: SequenceNumber,
     /// Bodies of settled messages above the lowest message, left for the sweep (at most
-    /// [`DEFERRED_BODIES`](removal::DEFERRED_BODIES)).
+    /// `DEFERRED_BODIES`, see `state/removal.rs`).
     deferred_bodies: Vec<SequenceNumber>,
     pub(crate) receivers: SubQueues<Vec<Arc<ReceiverShared>>>,
     next_receiver: SubQueues<usize>,
