@@ -4,6 +4,7 @@
 //! Invariant: an audience is a path without scheme, host, port, query, fragment, surrounding
 //! `/` or upper case, and it covers only whole path segments below it.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use super::percent;
@@ -73,9 +74,9 @@ fn normalize_path(uri: &str) -> String {
     let path = match uri.split_once("://") {
         Some((scheme, rest)) if is_scheme(scheme) => {
             let path = rest.find('/').map_or("", |slash| &rest[slash..]);
-            percent::decode(path).unwrap_or_else(|| path.to_owned())
+            percent::decode(path).unwrap_or(Cow::Borrowed(path))
         }
-        _ => uri.to_owned(),
+        _ => Cow::Borrowed(uri),
     };
     path.trim_matches('/').to_lowercase()
 }

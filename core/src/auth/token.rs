@@ -100,16 +100,16 @@ impl<'a> SasToken<'a> {
         let (raw_resource, sig, raw_expiry, skn) =
             (require(sr, "sr")?, require(sig, "sig")?, require(se, "se")?, require(skn, "skn")?);
 
-        let decode = |value: &str, name: &str| {
+        let decode = |value: &'a str, name: &str| {
             percent::decode(value).ok_or_else(|| {
                 AuthError::malformed(format!("token parameter {name} is not validly url-encoded"))
             })
         };
         let audience = Audience::from_uri(&decode(raw_resource, "sr")?);
         let signature = SIGNATURE_BASE64
-            .decode(decode(sig, "sig")?)
+            .decode(decode(sig, "sig")?.as_bytes())
             .map_err(|_| AuthError::malformed("token parameter sig is not base64"))?;
-        let policy = decode(skn, "skn")?;
+        let policy = decode(skn, "skn")?.into_owned();
         let seconds = parse_seconds(raw_expiry)
             .ok_or_else(|| AuthError::malformed("token parameter se is not a number of seconds"))?;
         Ok(Self {
