@@ -30,7 +30,7 @@ mod audience;
 mod authorizer;
 mod claim;
 mod error;
-mod percent;
+pub(crate) mod percent;
 mod rights;
 mod rules;
 #[cfg(test)]

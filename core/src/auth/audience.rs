@@ -4,10 +4,9 @@
 //! Invariant: an audience is a path without scheme, host, port, query, fragment, surrounding
 //! `/` or upper case, and it covers only whole path segments below it.
 
-use std::borrow::Cow;
 use std::fmt;
 
-use super::percent;
+use crate::address::{uri_path, UriReading};
 
 /// The resource a token is for, normalized to a path: no scheme, host, port, query, fragment,
 /// leading or trailing `/`, and lower case. The empty path is the whole namespace.
@@ -15,9 +14,11 @@ use super::percent;
 /// # Behavior
 /// - `sb://localhost:5672/q`, `amqps://Host/Q/`, `https://ns:443/q?x=1` and `q` all give `q`;
 ///   `sb://ns/`, `https://localhost:5300` and `""` give the namespace.
-/// - A string counts as a URI when it starts with `scheme://` (any scheme); everything up to the
-///   first `/` after that is the host and is dropped, and the path is percent-decoded once
-///   (leniently: kept as is if it does not decode). Anything else is taken as a bare path.
+/// - The query and fragment (from the first `?` or `#`) are dropped first.
+/// - A string counts as a URI when it starts with `scheme://` (any RFC 3986 scheme); everything
+///   up to the first `/` after that is the host and is dropped, and the path is percent-decoded
+///   once (leniently: kept as is if it does not decode). Anything else is taken as a bare path,
+///   not decoded. (The crate's one URI reader, `address::uri_path`, with its audience reading.)
 /// - Comparison is case-insensitive because Service Bus entity names are.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Audience(String);
@@ -69,23 +70,7 @@ impl fmt::Display for Audience {
 }
 
 fn normalize_path(uri: &str) -> String {
-    let end = uri.find(['?', '#']).unwrap_or(uri.len());
-    let uri = &uri[..end];
-    let path = match uri.split_once("://") {
-        Some((scheme, rest)) if is_scheme(scheme) => {
-            let path = rest.find('/').map_or("", |slash| &rest[slash..]);
-            percent::decode(path).unwrap_or(Cow::Borrowed(path))
-        }
-        _ => Cow::Borrowed(uri),
-    };
-    path.trim_matches('/').to_lowercase()
-}
-
-/// RFC 3986: `ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )`.
-fn is_scheme(text: &str) -> bool {
-    let mut chars = text.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    uri_path(uri, UriReading::AUDIENCE).trim_matches('/').to_lowercase()
 }
 
 #[cfg(test)]
@@ -112,6 +97,11 @@ mod tests {
             ("sb://h/q#fragment", "q"),
             ("https://h/%24resources/queues", "$resources/queues"),
             ("https://h/bad%zzescape", "bad%zzescape"),
+            ("https://h/%24ok%zz", "%24ok%zz"),
+            ("https://h/%2524", "%24"),
+            ("%24q", "%24q"),
+            ("sb://h?x=/q", ""),
+            ("q?x=1", "q"),
             ("sb://h//q//", "q"),
             ("sb://ns/", ""),
             ("sb://ns", ""),

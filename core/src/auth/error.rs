@@ -5,7 +5,8 @@
 
 use std::fmt;
 
-/// Why a set of policies cannot make an [`Authorizer`]: a configuration mistake.
+/// Why a set of policies cannot make an [`Authorizer`](super::Authorizer): a configuration
+/// mistake.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
     #[error("shared access policy has an empty name")]

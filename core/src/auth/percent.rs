@@ -42,7 +42,7 @@ pub(super) fn encode(text: &str) -> String {
 /// - A `%` not followed by two hex digits is an error, not a literal.
 /// - Decodes once: `%2524` gives `%24`.
 /// - Borrows `text` when it has no escape; allocates only when something is decoded.
-pub(super) fn decode(text: &str) -> Option<Cow<'_, str>> {
+pub(crate) fn decode(text: &str) -> Option<Cow<'_, str>> {
     // `percent_decode_str` passes a malformed escape through as a literal `%`: refuse it first.
     let escapes_are_valid = text.split('%').skip(1).all(|after| {
         after.as_bytes().get(..2).is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))

@@ -155,7 +155,7 @@ impl SasToken<'_> {
 /// entity whose authorization rules may have signed it.
 ///
 /// # Behavior
-/// Fails like [`Authorizer::verify_token`] on a malformed token.
+/// Fails like [`Authorizer::verify_token`](super::Authorizer::verify_token) on a malformed token.
 pub fn token_audience(token: &str) -> Result<Audience, AuthError> {
     Ok(SasToken::parse(token)?.audience)
 }
