@@ -43,9 +43,8 @@ pub struct EntityRecord {
     pub updated_at: Timestamp,
 }
 
-/// The kind byte of an entity record. Queue records have been written since version 1; the
-/// other codes are reserved, and no record of theirs has been written yet, so their
-/// descriptions' encodings are defined when those kinds are built.
+/// The kind byte of an entity record (queues since version 1; topics, subscriptions and rules
+/// since those kinds were built).
 fn entity_kind_code(kind: EntityKind) -> u8 {
     match kind {
         EntityKind::Queue => 1,
