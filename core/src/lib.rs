@@ -104,7 +104,7 @@ pub use broker::{
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use description::{
-    CorrelationFilterDescription, EntityStatus, NamespaceLimits, QueueDescription, RuleAction,
+    CorrelationFilter, EntityStatus, NamespaceLimits, QueueDescription, RuleAction,
     RuleDescription, RuleFilter, SubscriptionDescription, Tier, TopicDescription,
 };
 pub use entity::{EntityDescription, EntityInfo, EntityKind};

@@ -17,8 +17,8 @@ use super::properties::{decode_pairs, encode_pairs};
 use super::V1;
 use crate::auth::{AuthorizationRule, Right};
 use crate::description::{
-    CorrelationFilterDescription, EntityStatus, QueueDescription, RuleAction, RuleDescription,
-    RuleFilter, SubscriptionDescription, TopicDescription, TIME_SPAN_MAX,
+    CorrelationFilter, EntityStatus, QueueDescription, RuleAction, RuleDescription, RuleFilter,
+    SubscriptionDescription, TopicDescription, TIME_SPAN_MAX,
 };
 use crate::entity::{EntityDescription, EntityKind};
 use crate::types::Timestamp;
@@ -313,7 +313,7 @@ pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
                 0 => RuleFilter::True,
                 1 => RuleFilter::False,
                 2 => RuleFilter::Sql { expression: r.str()?, parameters: decode_pairs(&mut r)? },
-                3 => RuleFilter::Correlation(CorrelationFilterDescription {
+                3 => RuleFilter::Correlation(CorrelationFilter {
                     correlation_id: r.opt(Reader::str)?,
                     message_id: r.opt(Reader::str)?,
                     to: r.opt(Reader::str)?,

@@ -157,7 +157,7 @@ fn topic_subscription_and_rule_records_round_trip() {
             }),
         }),
         EntityDescription::Rule(RuleDescription {
-            filter: RuleFilter::Correlation(CorrelationFilterDescription {
+            filter: RuleFilter::Correlation(CorrelationFilter {
                 correlation_id: Some("c".into()),
                 subject: Some("l".into()),
                 properties: vec![
