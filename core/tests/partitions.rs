@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ironbus_core::keys::{self, EntityId};
+use ironbus_core::testing::keys::{self, EntityId};
 use ironbus_core::router::partition_for_key;
 use ironbus_core::testing::FaultyStore;
 use ironbus_core::{

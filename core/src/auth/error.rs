@@ -24,6 +24,7 @@ pub enum PolicyError {
 /// AMQP CBS answers 400 for [`Malformed`](AuthErrorKind::Malformed) and 401 for the rest;
 /// HTTP answers 401 for all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AuthErrorKind {
     /// The token is not a SAS token, or a part of it cannot be parsed.
     Malformed,
