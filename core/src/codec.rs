@@ -23,12 +23,12 @@ mod properties;
 #[cfg(test)]
 mod tests;
 
-pub use bookkeeping::{
+pub(crate) use bookkeeping::{
     decode_dedup, decode_partition, decode_session_state, decode_transfer_record, encode_dedup,
     encode_partition, encode_session_state, encode_transfer_record,
 };
-pub use entity::{decode_entity, encode_entity, EntityRecord};
-pub use message::{decode_body, decode_meta, encode_body, encode_meta, MessageMeta};
+pub(crate) use entity::{decode_entity, encode_entity, EntityRecord};
+pub(crate) use message::{decode_body, decode_meta, encode_body, encode_meta, MessageMeta};
 
 /// The first version of every record layout.
 const V1: u8 = 1;

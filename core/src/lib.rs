@@ -77,6 +77,10 @@ pub mod description;
 pub mod entity;
 pub mod error;
 pub mod filter;
+#[cfg_attr(
+    not(feature = "testing"),
+    allow(unreachable_pub, reason = "public to tests through testing::keys")
+)]
 pub(crate) mod keys;
 pub mod message;
 pub mod metrics;

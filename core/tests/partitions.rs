@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ironbus_core::testing::keys::{self, EntityId};
 use ironbus_core::router::partition_for_key;
+use ironbus_core::testing::keys::{self, EntityId};
 use ironbus_core::testing::FaultyStore;
 use ironbus_core::{
     Availability, Broker, BrokerError, Clock, Disposition, LockToken, ManualClock, Message,

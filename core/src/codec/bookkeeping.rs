@@ -17,14 +17,14 @@ const TRANSFER_RECORD_VERSION: u8 = V1;
 
 /// A session's state record: when it was last set, and the state (never empty: a cleared
 /// state has no record).
-pub fn encode_session_state(updated_at: Timestamp, state: &[u8]) -> Bytes {
+pub(crate) fn encode_session_state(updated_at: Timestamp, state: &[u8]) -> Bytes {
     let mut w = Writer::versioned(SESSION_VERSION, 12 + state.len());
     w.i64(updated_at.as_millis());
     w.bytes(state);
     w.finish()
 }
 
-pub fn decode_session_state(value: &[u8]) -> DecodeResult<(Timestamp, Bytes)> {
+pub(crate) fn decode_session_state(value: &[u8]) -> DecodeResult<(Timestamp, Bytes)> {
     let (mut r, version) = Reader::versioned(value, "session state record")?;
     match version {
         V1 => Ok((Timestamp::from_millis(r.i64()?), r.bytes()?)),
@@ -33,13 +33,13 @@ pub fn decode_session_state(value: &[u8]) -> DecodeResult<(Timestamp, Bytes)> {
 }
 
 /// A partition's own record: the last sequence counter it issued.
-pub fn encode_partition(last_counter: u64) -> Bytes {
+pub(crate) fn encode_partition(last_counter: u64) -> Bytes {
     let mut w = Writer::versioned(PARTITION_VERSION, 8);
     w.u64(last_counter);
     w.finish()
 }
 
-pub fn decode_partition(value: &[u8]) -> DecodeResult<u64> {
+pub(crate) fn decode_partition(value: &[u8]) -> DecodeResult<u64> {
     let (mut r, version) = Reader::versioned(value, "partition record")?;
     match version {
         V1 => r.u64(),
@@ -48,13 +48,13 @@ pub fn decode_partition(value: &[u8]) -> DecodeResult<u64> {
 }
 
 /// A duplicate-detection entry: until when the id counts as seen.
-pub fn encode_dedup(until: Timestamp) -> Bytes {
+pub(crate) fn encode_dedup(until: Timestamp) -> Bytes {
     let mut w = Writer::versioned(DEDUP_VERSION, 8);
     w.i64(until.as_millis());
     w.finish()
 }
 
-pub fn decode_dedup(value: &[u8]) -> DecodeResult<Timestamp> {
+pub(crate) fn decode_dedup(value: &[u8]) -> DecodeResult<Timestamp> {
     let (mut r, version) = Reader::versioned(value, "dedup entry")?;
     match version {
         V1 => Ok(Timestamp::from_millis(r.i64()?)),
@@ -64,11 +64,11 @@ pub fn decode_dedup(value: &[u8]) -> DecodeResult<Timestamp> {
 
 /// A destination's record of a transfer it stored: the key says everything, the value is
 /// its version.
-pub fn encode_transfer_record() -> Bytes {
+pub(crate) fn encode_transfer_record() -> Bytes {
     Writer::versioned(TRANSFER_RECORD_VERSION, 0).finish()
 }
 
-pub fn decode_transfer_record(value: &[u8]) -> DecodeResult<()> {
+pub(crate) fn decode_transfer_record(value: &[u8]) -> DecodeResult<()> {
     let (r, version) = Reader::versioned(value, "transfer record")?;
     match version {
         V1 => Ok(()),

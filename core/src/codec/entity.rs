@@ -33,7 +33,7 @@ const ENTITY_VERSION_3: u8 = 3;
 
 /// An entity as stored, under the key of its path ([`crate::keys::entity`]).
 #[derive(Debug, Clone, PartialEq)]
-pub struct EntityRecord {
+pub(crate) struct EntityRecord {
     pub id: u64,
     /// The path as the user spelled it at creation.
     pub name: String,
@@ -77,7 +77,7 @@ impl Reader<'_> {
     }
 }
 
-pub fn encode_entity(record: &EntityRecord) -> Bytes {
+pub(crate) fn encode_entity(record: &EntityRecord) -> Bytes {
     let rules = entity_rules(&record.description);
     let queue_v3 = match &record.description {
         EntityDescription::Queue(d)
@@ -245,7 +245,7 @@ fn decode_entity_rules(r: &mut Reader<'_>) -> DecodeResult<Vec<AuthorizationRule
     Ok(rules)
 }
 
-pub fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
+pub(crate) fn decode_entity(value: &[u8]) -> DecodeResult<EntityRecord> {
     let (mut r, version) = Reader::versioned(value, "entity record")?;
     if ![V1, ENTITY_VERSION_2, ENTITY_VERSION_3].contains(&version) {
         return Err(r.unknown_version(version));

@@ -38,7 +38,7 @@ const META_VERSION_3: u8 = 3;
 /// body record) is stored apart and written once, so that changing this small record never
 /// needs the body in memory.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct MessageMeta {
+pub(crate) struct MessageMeta {
     /// The sequence number the message was first enqueued with (differs after forwarding).
     pub enqueued_sequence_number: SequenceNumber,
     pub enqueued_time: Timestamp,
@@ -77,7 +77,7 @@ impl MessageMeta {
 }
 
 /// A message's body record: everything the sender sent, written once at enqueue.
-pub fn encode_body(m: &Message) -> Bytes {
+pub(crate) fn encode_body(m: &Message) -> Bytes {
     let capacity = 64 + m.body.len() + m.raw.as_ref().map_or(0, |r| r.len());
     let version = match &m.forwarded {
         Some(f) if f.destination.is_some() => BODY_VERSION_3,
@@ -122,7 +122,7 @@ fn slice_offset(whole: &[u8], part: &[u8]) -> Option<usize> {
 }
 
 /// A message's meta record (see [`MessageMeta`]).
-pub fn encode_meta(meta: &MessageMeta) -> Bytes {
+pub(crate) fn encode_meta(meta: &MessageMeta) -> Bytes {
     let version = if meta.session_id.is_some() {
         META_VERSION_3
     } else if meta.needs_v2() {
@@ -161,7 +161,7 @@ pub fn encode_meta(meta: &MessageMeta) -> Bytes {
     w.finish()
 }
 
-pub fn decode_meta(value: &[u8]) -> DecodeResult<MessageMeta> {
+pub(crate) fn decode_meta(value: &[u8]) -> DecodeResult<MessageMeta> {
     let (mut r, version) = Reader::versioned(value, "message meta record")?;
     match version {
         V1 => decode_meta_v1(&mut r),
@@ -208,7 +208,7 @@ fn decode_meta_v1(r: &mut Reader<'_>) -> DecodeResult<MessageMeta> {
     })
 }
 
-pub fn decode_body(value: &[u8]) -> DecodeResult<Message> {
+pub(crate) fn decode_body(value: &[u8]) -> DecodeResult<Message> {
     let (mut r, version) = Reader::versioned(value, "message body record")?;
     match version {
         V1 => decode_body_v1(&mut r),
