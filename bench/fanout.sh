@@ -48,17 +48,12 @@ WORK="$(mktemp -d)"
 ROCKS_PORT=5687; ROCKS_HTTP=5387
 MEM_PORT=5689; MEM_HTTP=5389
 RMQ_PORT="${RABBITMQ_BENCH_PORT:-5673}"
-SAS_USER=RootManageSharedAccessKey
-SAS_KEY=SAS_KEY_VALUE
 ALL_FANOUTS="$(echo "$FANOUTS $BYTES_FANOUTS" | tr ' ' '\n' | sed '/^$/d' | sort -nu | tr '\n' ' ')"
 
 cd "$ROOT"
-if [ -z "${SERVER:-}" ] || [ -z "${BENCH:-}" ]; then
-  cargo build --release -p ironbus -p ironbus-bench
-  TARGET="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-  SERVER="$TARGET/release/ironbus"
-  BENCH="$TARGET/release/ironbus-bench"
-fi
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+release_binaries
 
 # ironbus entities: topic bench-fo{N} with subscriptions s1..sN (no rules: the $Default rule,
 # TrueFilter, passes everything).
@@ -141,15 +136,9 @@ ensure_entities() {
 }
 
 start_ironbus() { # amqp-port http-port store
-  "$SERVER" --amqp-addr "127.0.0.1:$1" --http-addr "127.0.0.1:$2" --https-addr off --amqps-addr off \
-    --config "$WORK/config.json" --store "$3" --data-dir "$WORK/data-$1" \
-    > "$WORK/ironbus-$1.log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then ensure_entities "$2"; return 0; fi
-    kill -0 "${PIDS[-1]}" 2>/dev/null || break
-    sleep 0.2
-  done
+  start_server "$1" "127.0.0.1:$2" "$3" "$WORK/data-$1" "$WORK/ironbus-$1.log"
+  PIDS+=("$SERVER_PID")
+  if wait_for_port "$1" 0.2 100 "$SERVER_PID"; then ensure_entities "$2"; return 0; fi
   echo "ironbus on port $1 did not start: $(tail -5 "$WORK/ironbus-$1.log")" >&2
   exit 1
 }
@@ -168,7 +157,6 @@ for broker in "${BROKERS[@]}"; do
   esac
 done
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 TICKS="$(getconf CLK_TCK)"
 # written_bytes HTTP_PORT: the store's written-bytes counter
 written_bytes() {

@@ -23,12 +23,9 @@ PORT=5697
 WORK="$(mktemp -d)"
 
 cd "$ROOT"
-if [ -z "${SERVER:-}" ] || [ -z "${BENCH:-}" ]; then
-  cargo build --release -p ironbus -p ironbus-bench
-  TARGET="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-  SERVER="$TARGET/release/ironbus"
-  BENCH="$TARGET/release/ironbus-bench"
-fi
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+release_binaries
 
 python3 - "$SUBSCRIPTIONS" > "$WORK/config.json" <<'PY'
 import json, sys
@@ -42,22 +39,16 @@ print(json.dumps({"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues
     {"Name": "many", "Properties": {}, "Subscriptions": subs}]}]}}))
 PY
 
-"$SERVER" --amqp-addr "127.0.0.1:$PORT" --http-addr off --https-addr off --amqps-addr off \
-  --config "$WORK/config.json" --store rocksdb --data-dir "$WORK/data" > "$WORK/server.log" 2>&1 &
-PID=$!
-cleanup() { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-for _ in $(seq 50); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
-  sleep 0.2
-done
+start_server "$PORT" off rocksdb "$WORK/data" "$WORK/server.log"
+trap cleanup_server EXIT
+wait_for_port "$PORT" 0.2 || true
 
 : > "$WORK/runs"
 for round in $(seq "$ROUNDS"); do
   for topic in one many; do
     line="$("$BENCH" --url "amqp://127.0.0.1:$PORT" --address "$topic" --consumers 0 \
       --producers "$PRODUCERS" --messages "$MESSAGES" --size "$SIZE" --durable --window 100 \
-      --sasl-plain RootManageSharedAccessKey:SAS_KEY_VALUE | tail -1)"
+      --sasl-plain "$SAS_USER:$SAS_KEY" | tail -1)"
     rate="$(printf '%s' "$line" | python3 -c 'import json,sys; print(json.load(sys.stdin)["send_msgs_per_sec"])')"
     echo "round $round  $topic  $rate msg/s published"
     echo "$topic $rate" >> "$WORK/runs"

@@ -33,10 +33,11 @@ WORK="$(mktemp -d)"
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 
 cd "$ROOT"
-cargo build --release -p ironbus-bench
-TARGET="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-BENCH="$TARGET/release/ironbus-bench"
+# shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
+cargo build --release -p ironbus-bench
+TARGET="$(target_dir)"
+BENCH="$TARGET/release/ironbus-bench"
 
 cat > "$WORK/config.json" <<'EOF'
 {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [
@@ -64,7 +65,7 @@ count_run() { # server store P C MODE BATCH messages
     echo "the server did not start: $(tail -5 "$WORK/server.log")" >&2
     exit 1
   fi
-  "$BENCH" --url "amqp://127.0.0.1:$PORT" --sasl-plain RootManageSharedAccessKey:SAS_KEY_VALUE \
+  "$BENCH" --url "amqp://127.0.0.1:$PORT" --sasl-plain "$SAS_USER:$SAS_KEY" \
     --address bench --producers "$3" --consumers "$4" --mode "$5" --accept-batch "$6" \
     --messages "$7" --size 1024 --durable --window 100 --credit 100 --timeout "$TIMEOUT" \
     > "$WORK/run.json" 2> "$WORK/run.err" || true

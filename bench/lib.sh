@@ -1,5 +1,30 @@
-# Shared by the bench scripts that compare ironbus revisions (side-by-side.sh with REVS,
-# instructions.sh). Source it after setting TARGET (the workspace's target directory).
+# shellcheck shell=bash
+# Shared by the bench scripts: sourced (`. "$ROOT/bench/lib.sh"`) from the workspace root, it only
+# defines functions and the development namespace's key. server_of_rev needs TARGET (the
+# workspace's target directory, `target_dir`); start_server needs SERVER and WORK (with
+# config.json in it).
+
+# The development namespace's root key (ironbus's default credentials).
+# shellcheck disable=SC2034 # used by the scripts that source this
+SAS_USER=RootManageSharedAccessKey
+# shellcheck disable=SC2034
+SAS_KEY=SAS_KEY_VALUE
+
+# The workspace's target directory.
+target_dir() {
+  cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])'
+}
+
+# SERVER and BENCH: the binaries the environment names, or, unless it names both, release builds
+# of the working tree's (TARGET is then the target directory).
+release_binaries() {
+  if [ -z "${SERVER:-}" ] || [ -z "${BENCH:-}" ]; then
+    cargo build --release -p ironbus -p ironbus-bench
+    TARGET="$(target_dir)"
+    SERVER="$TARGET/release/ironbus"
+    BENCH="$TARGET/release/ironbus-bench"
+  fi
+}
 
 # The server of a revision: its tree from `git archive`, built with the release profile in one
 # shared target directory, so that dependencies of the same version (RocksDB among them) build
@@ -43,11 +68,56 @@ listeners_off() { # server
   done
 }
 
-# Waits until something listens on 127.0.0.1:port (50 tries, `every` seconds apart).
-wait_for_port() { # port every
-  for _ in $(seq 50); do
+# Waits until something listens on 127.0.0.1:port: `tries` tries (50 unless given), `every`
+# seconds apart; with `pid`, given up as soon as that process has exited. Returns 0 once something
+# listens, 1 when the tries ran out, 2 when the process exited.
+wait_for_port() { # port every [tries [pid]]
+  for _ in $(seq "${3:-50}"); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    if [ -n "${4:-}" ] && ! kill -0 "$4" 2>/dev/null; then return 2; fi
     sleep "$2"
   done
   return 1
+}
+
+# Starts $SERVER in the background: plain AMQP on 127.0.0.1:port, ATOM over HTTP on `http` (an
+# address, or off), no TLS listeners, $WORK/config.json, the store in data-dir, its output to log.
+# SERVER_PID is its process id.
+start_server() { # port http store data-dir log
+  "$SERVER" --amqp-addr "127.0.0.1:$1" --http-addr "$2" --https-addr off --amqps-addr off \
+    --config "$WORK/config.json" --store "$3" --data-dir "$4" > "$5" 2>&1 &
+  SERVER_PID=$!
+}
+
+# Waits for the server start_server started to listen on port (`tries` tries, 0.2 s apart). If it
+# exits first, says so with the end of its log and exits the script. Returns 1 when the tries ran
+# out.
+await_server() { # port tries log
+  local status=0
+  wait_for_port "$1" 0.2 "$2" "$SERVER_PID" || status=$?
+  if [ "$status" = 2 ]; then
+    echo "ironbus exited: $(tail -5 "$3")" >&2
+    exit 1
+  fi
+  return "$status"
+}
+
+# Stops the server SERVER_PID names, if any, and waits for it: a stopping server still writes to
+# its data directory, so it must be gone before that is removed.
+stop_server() {
+  if [ -n "${SERVER_PID:-}" ]; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  fi
+}
+
+# For `trap cleanup_server EXIT`: stops the server (stop_server), then removes $WORK.
+cleanup_server() {
+  stop_server
+  rm -rf "$WORK"
+}
+
+# The CPU time (user + system) process `pid` has used, in clock ticks.
+cpu_ticks() { # pid
+  awk '{print $14 + $15}' "/proc/$1/stat"
 }

@@ -25,8 +25,9 @@ PORT=5697
 WORK="$(mktemp -d)"
 
 cd "$ROOT"
-TARGET="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+# shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
+TARGET="$(target_dir)"
 
 VENV="$TARGET/bench-python"
 SDK="$(grep '^azure-servicebus==' compat/python/requirements.txt)"
@@ -42,7 +43,7 @@ cat > "$WORK/config.json" <<'EOF'
 {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [
   {"Name": "renew", "Properties": {"LockDuration": "PT1M"}}], "Topics": []}]}}
 EOF
-CONNECTION="Endpoint=sb://127.0.0.1:$PORT;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true"
+CONNECTION="Endpoint=sb://127.0.0.1:$PORT;SharedAccessKeyName=$SAS_USER;SharedAccessKey=$SAS_KEY;UseDevelopmentEmulator=true"
 
 SERVER_PID=""
 cleanup() {

@@ -42,16 +42,11 @@ PAUSE="${PAUSE:-2}"
 MESSAGES=$((SESSIONS * PER_SESSION))
 WORK="$(mktemp -d)"
 PORT="${PORT:-5691}"; HTTP="${HTTP_PORT:-5391}"
-SAS_USER=RootManageSharedAccessKey
-SAS_KEY=SAS_KEY_VALUE
 
 cd "$ROOT"
-if [ -z "${SERVER:-}" ] || [ -z "${BENCH:-}" ]; then
-  cargo build --release -p ironbus -p ironbus-bench
-  TARGET="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
-  SERVER="$TARGET/release/ironbus"
-  BENCH="$TARGET/release/ironbus-bench"
-fi
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+release_binaries
 
 python3 - "$PARTITIONS" > "$WORK/config.json" <<'PY'
 import json, sys
@@ -63,30 +58,13 @@ print(json.dumps({"UserConfig": {"Namespaces": [
     {"Name": "sbemulatorns", "Queues": queues, "Topics": []}]}}))
 PY
 
-SERVER_PID=
-cleanup() {
-  if [ -n "$SERVER_PID" ]; then
-    kill "$SERVER_PID" 2>/dev/null || true
-    # A stopping server still writes to its data directory: wait before removing it.
-    wait "$SERVER_PID" 2>/dev/null || true
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+trap cleanup_server EXIT
 
-"$SERVER" --amqp-addr "127.0.0.1:$PORT" --http-addr "127.0.0.1:$HTTP" --https-addr off --amqps-addr off \
-  --config "$WORK/config.json" --store rocksdb --data-dir "$WORK/data" \
-  > "$WORK/ironbus.log" 2>&1 &
-SERVER_PID=$!
-for _ in $(seq 150); do
-  (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
-  kill -0 "$SERVER_PID" 2>/dev/null || { echo "ironbus exited: $(tail -5 "$WORK/ironbus.log")" >&2; exit 1; }
-  sleep 0.2
-done
+start_server "$PORT" "127.0.0.1:$HTTP" rocksdb "$WORK/data" "$WORK/ironbus.log"
+await_server "$PORT" 150 "$WORK/ironbus.log" || true
 (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null \
   || { echo "ironbus did not start: $(tail -5 "$WORK/ironbus.log")" >&2; exit 1; }
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 TICKS="$(getconf CLK_TCK)"
 
 # bench_run KIND (sessions | plain): one run; its JSON (plus broker CPU) is appended to $OUT.

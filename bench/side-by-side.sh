@@ -37,16 +37,16 @@ WORK="$(mktemp -d)"
 RMQ_PORT="${RABBITMQ_BENCH_PORT:-5673}"
 
 cd "$ROOT"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 # With REVS the servers are the revisions' own builds: only the load generator comes from here.
 if [ -n "$REVS" ]; then
   cargo build --release -p ironbus-bench
 else
   cargo build --release -p ironbus -p ironbus-bench
 fi
-TARGET="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+TARGET="$(target_dir)"
 BENCH="$TARGET/release/ironbus-bench"
-
-. "$ROOT/bench/lib.sh"
 
 cat > "$WORK/config.json" <<'EOF'
 {"UserConfig": {"Namespaces": [{"Name": "sbemulatorns", "Queues": [
@@ -101,7 +101,6 @@ else
   if [[ " ${BROKERS[*]} " == *" rabbitmq "* ]]; then "$PEERS/start-rabbitmq.sh"; fi
 fi
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 TICKS="$(getconf CLK_TCK)"
 
 : > "$OUT"
@@ -116,7 +115,7 @@ for round in $(seq "$ROUNDS"); do
         rabbitmq) URL="amqp://127.0.0.1:$RMQ_PORT"; ADDRESS="/amq/queue/$QUEUE"; AUTH=()
                   PID="$(cat "${PEERS_STATE:-${TMPDIR:-/tmp}/ironbus-peers}/rabbitmq/beam.pid")";;
         *)        URL="amqp://127.0.0.1:${PORT_OF[$broker]}"; ADDRESS=$QUEUE
-                  AUTH=(--sasl-plain RootManageSharedAccessKey:SAS_KEY_VALUE); PID="${PID_OF[$broker]}";;
+                  AUTH=(--sasl-plain "$SAS_USER:$SAS_KEY"); PID="${PID_OF[$broker]}";;
       esac
       LOAD="$(cut -d' ' -f1 /proc/loadavg)"
       BEFORE="$(cpu_ticks "$PID")"

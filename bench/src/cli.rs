@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use fe2o3_amqp_types::definitions::SenderSettleMode;
 
 use crate::payload::HEADER_LEN;
 
@@ -120,6 +121,11 @@ impl Options {
         Duration::from_secs(self.timeout)
     }
 
+    /// How many deliveries a consumer takes before it tops its credit up: half the credit.
+    pub(crate) fn top_up_after(&self) -> u32 {
+        (self.credit / 2).max(1)
+    }
+
     /// Consumers to attach: `--consumers`, raised to one per `--receive-from` node.
     pub(crate) fn consumer_count(&self) -> u32 {
         let nodes = u32::try_from(self.receive_from.len()).unwrap_or(u32::MAX);
@@ -146,6 +152,14 @@ impl Options {
         }
         let owned = (sessions - p).div_ceil(producers);
         Some(format!("session-{}", p + producers * (k % owned)))
+    }
+
+    /// Producer `index`'s part of the messages: an even split, the first ones taking the
+    /// remainder.
+    pub(crate) fn share(&self, index: u32) -> u64 {
+        let producers = u64::from(self.producers);
+        let (each, remainder) = (self.messages / producers, self.messages % producers);
+        each + u64::from(u64::from(index) < remainder)
     }
 
     /// Messages received when the run is complete: each one once per node received from.
@@ -187,6 +201,14 @@ impl Mode {
         match self {
             Mode::PeekLock => "peek-lock",
             Mode::ReceiveAndDelete => "receive-and-delete",
+        }
+    }
+
+    /// The snd-settle-mode a consumer's receiver asks for.
+    pub(crate) fn sender_settle_mode(self) -> SenderSettleMode {
+        match self {
+            Mode::PeekLock => SenderSettleMode::Unsettled,
+            Mode::ReceiveAndDelete => SenderSettleMode::Settled,
         }
     }
 }

@@ -1,23 +1,17 @@
 //! A consumer: one connection, one receiver link with manually managed credit.
 
-use std::{
-    sync::{atomic::Ordering, Arc},
-    time::Instant,
-};
+use std::{sync::atomic::Ordering, time::Instant};
 
 use anyhow::{Context, Result};
 use fe2o3_amqp::{
     link::{delivery::DeliveryInfo, receiver::CreditMode},
-    types::{
-        definitions::{ReceiverSettleMode, SenderSettleMode},
-        messaging::Data,
-    },
+    types::{definitions::ReceiverSettleMode, messaging::Data},
     Receiver,
 };
 use futures_util::FutureExt;
 use tokio::sync::watch;
 
-use crate::{cli::Mode, endpoint::Link, payload, Phase, Run};
+use crate::{cli::Mode, endpoint::Link, payload, Consuming, Participant, Phase, Run};
 
 /// A consumer, connected and attached with its credit granted, that has not received yet.
 #[derive(Debug)]
@@ -80,23 +74,21 @@ impl ConsumerReport {
     }
 }
 
-impl Consumer {
+impl Participant for Consumer {
+    type Kind = Consuming;
+
     /// Connects consumer number `index` of the run, attaches its receiver to the address and
     /// grants the credit.
-    pub(crate) async fn attach(run: &Run, index: u32) -> Result<Consumer> {
-        let name = format!("ironbus-bench-{:016x}-c{index}", run.id);
+    async fn attach(run: &Run, index: u32) -> Result<Consumer> {
+        let name = run.link_name('c', index);
         let address = run.options.receive_address(index);
         let mut link = run.endpoint.connect(&name, address).await?;
-        let snd_settle_mode = match run.options.mode {
-            Mode::PeekLock => SenderSettleMode::Unsettled,
-            Mode::ReceiveAndDelete => SenderSettleMode::Settled,
-        };
         // Manual credit: fe2o3-amqp's automatic mode only tops up on dispositions, which a
         // receive-and-delete consumer never sends.
         let mut receiver = Receiver::builder()
             .name(format!("{name}-receiver"))
             .source(address.to_owned())
-            .sender_settle_mode(snd_settle_mode)
+            .sender_settle_mode(run.options.mode.sender_settle_mode())
             .receiver_settle_mode(ReceiverSettleMode::First)
             .credit_mode(CreditMode::Manual)
             .attach(&mut link.session)
@@ -109,33 +101,20 @@ impl Consumer {
         Ok(Consumer { name, link, receiver })
     }
 
-    /// Receives (and in peek-lock mode accepts) until the run has received every message or is
-    /// aborted; then detaches and closes.
-    pub(crate) async fn run(
-        mut self,
-        run: Arc<Run>,
-        mut phase: watch::Sender<Phase>,
-    ) -> Result<ConsumerReport> {
-        let mut report = ConsumerReport::default();
-        let outcome = self.receive_all(&run, &mut phase, &mut report).await;
-        // Detach rather than close: RabbitMQ 3.x answers a closing detach with closed = false,
-        // which fe2o3-amqp reports as an illegal state.
-        if let Err((_, err)) = self.receiver.detach().await {
-            eprintln!("ironbus-bench: {}: detaching: {err}", self.name);
-        }
-        self.link.close(&self.name).await;
-        outcome.with_context(|| self.name.clone())?;
-        Ok(report)
+    fn name(&self) -> &str {
+        &self.name
     }
 
-    async fn receive_all(
+    /// Receives (and in peek-lock mode accepts) until the run has received every message or is
+    /// aborted.
+    async fn work(
         &mut self,
         run: &Run,
         phase: &mut watch::Sender<Phase>,
         report: &mut ConsumerReport,
     ) -> Result<()> {
         let credit = run.options.credit;
-        let top_up_after = (credit / 2).max(1);
+        let top_up_after = run.options.top_up_after();
         let mut used = 0;
         let mut watcher = phase.subscribe();
         // Received, not yet accepted (peek-lock): accepted together, as ranges.
@@ -174,6 +153,17 @@ impl Consumer {
         }
     }
 
+    async fn close(self) {
+        // Detach rather than close: RabbitMQ 3.x answers a closing detach with closed = false,
+        // which fe2o3-amqp reports as an illegal state.
+        if let Err((_, err)) = self.receiver.detach().await {
+            eprintln!("ironbus-bench: {}: detaching: {err}", self.name);
+        }
+        self.link.close(&self.name).await;
+    }
+}
+
+impl Consumer {
     /// Accepts the deliveries held (consecutive ones in one disposition range).
     async fn accept(&self, unaccepted: &mut Vec<DeliveryInfo>) -> Result<()> {
         match unaccepted.len() {

@@ -51,12 +51,13 @@ mod report;
 mod wire;
 
 use std::{
+    future::Future,
     process::ExitCode,
     sync::{atomic::AtomicU64, atomic::Ordering, Arc},
     time::{Duration, Instant},
 };
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use tokio::{
     sync::watch,
@@ -85,6 +86,14 @@ pub(crate) struct Run {
     pub counters: Counters,
 }
 
+impl Run {
+    /// The connection (container) name of producer (`kind` `p`) or consumer (`c`) number
+    /// `index`.
+    pub(crate) fn link_name(&self, kind: char, index: u32) -> String {
+        format!("ironbus-bench-{:016x}-{kind}{index}", self.id)
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     /// Sends the broker accepted.
@@ -103,35 +112,76 @@ pub(crate) enum Phase {
     Aborted,
 }
 
-/// A producer on either client.
-#[derive(Debug)]
-enum AnyProducer {
-    Fe2o3(Box<Producer>),
-    Wire(wire::Producer),
+/// A producer or a consumer on one of the clients: it connects and attaches, works until its part
+/// of the run is done (or the run is aborted), then closes, whatever the work's outcome
+/// (`run_participant`).
+pub(crate) trait Participant: Sized + Send + 'static {
+    /// `Producing` or `Consuming`.
+    type Kind: Kind;
+
+    /// Connects participant number `index` of its kind and attaches its link.
+    fn attach(run: &Run, index: u32) -> impl Future<Output = Result<Self>>;
+
+    /// Who it is, for errors.
+    fn name(&self) -> &str;
+
+    /// Sends its share, or receives, until done or aborted, keeping `report` up to date.
+    fn work(
+        &mut self,
+        run: &Run,
+        phase: &mut <Self::Kind as Kind>::Watch,
+        report: &mut <Self::Kind as Kind>::Report,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Detaches and closes, reporting (not failing on) errors.
+    fn close(self) -> impl Future<Output = ()> + Send;
 }
 
-impl AnyProducer {
-    async fn run(self, run: Arc<Run>, phase: watch::Receiver<Phase>) -> Result<ProducerReport> {
-        match self {
-            AnyProducer::Fe2o3(producer) => producer.run(run, phase).await,
-            AnyProducer::Wire(producer) => producer.run(run, phase).await,
-        }
+/// What sets producers and consumers apart for the run: what they report and how they follow the
+/// run's phase.
+pub(crate) trait Kind {
+    type Report: Default + Send;
+    /// A participant's own handle on the phase.
+    type Watch: Send + 'static;
+
+    /// A participant's handle, from the run's sender.
+    fn watch(phase: &watch::Sender<Phase>) -> Self::Watch;
+
+    /// What a participant's task yields when it is done.
+    fn finished(report: Self::Report) -> Finished;
+}
+
+/// Producers: they watch the phase (a receiver of their own).
+#[derive(Debug)]
+pub(crate) enum Producing {}
+
+impl Kind for Producing {
+    type Report = ProducerReport;
+    type Watch = watch::Receiver<Phase>;
+
+    fn watch(phase: &watch::Sender<Phase>) -> Self::Watch {
+        phase.subscribe()
+    }
+
+    fn finished(report: ProducerReport) -> Finished {
+        Finished::Producer(report)
     }
 }
 
-/// A consumer on either client.
+/// Consumers: they also move the phase to `Complete` (a sender of their own).
 #[derive(Debug)]
-enum AnyConsumer {
-    Fe2o3(Box<Consumer>),
-    Wire(Box<wire::Consumer>),
-}
+pub(crate) enum Consuming {}
 
-impl AnyConsumer {
-    async fn run(self, run: Arc<Run>, phase: watch::Sender<Phase>) -> Result<ConsumerReport> {
-        match self {
-            AnyConsumer::Fe2o3(consumer) => consumer.run(run, phase).await,
-            AnyConsumer::Wire(consumer) => consumer.run(run, phase).await,
-        }
+impl Kind for Consuming {
+    type Report = ConsumerReport;
+    type Watch = watch::Sender<Phase>;
+
+    fn watch(phase: &watch::Sender<Phase>) -> Self::Watch {
+        phase.clone()
+    }
+
+    fn finished(report: ConsumerReport) -> Finished {
+        Finished::Consumer(report)
     }
 }
 
@@ -186,12 +236,22 @@ async fn execute(options: Options) -> Result<Report> {
     if run.options.sessions > 0 && run.options.client != Client::Wire {
         return Err(anyhow!("--sessions needs --client wire"));
     }
-    if run.options.preload {
-        return preload_then_receive(run, deadline).await;
+    match run.options.client {
+        Client::Wire => execute_on::<wire::Producer, wire::Consumer>(run, deadline).await,
+        Client::Fe2o3 => execute_on::<Producer, Consumer>(run, deadline).await,
     }
-    let (consumers, producers) = timeout_at(deadline, attach_all(&run))
-        .await
-        .map_err(|_| anyhow!("timed out after {} s while connecting", run.options.timeout))??;
+}
+
+/// The run with producers `P` and consumers `C` (one client's).
+async fn execute_on<P, C>(run: Arc<Run>, deadline: clock::Instant) -> Result<Report>
+where
+    P: Participant<Kind = Producing>,
+    C: Participant<Kind = Consuming>,
+{
+    if run.options.preload {
+        return preload_then_receive::<P, C>(run, deadline).await;
+    }
+    let (consumers, producers) = connect_by(deadline, &run, attach_all::<P, C>(&run)).await?;
     let receiving = match run.options.receive_from.len() {
         0 => String::new(),
         _ => format!(" (receiving from {})", run.options.receive_from.join(", ")),
@@ -210,28 +270,14 @@ async fn execute(options: Options) -> Result<Report> {
     let (phase, _) = watch::channel(Phase::Running);
     let start = Instant::now();
     let mut tasks = JoinSet::new();
-    for consumer in consumers {
-        let (run, phase) = (Arc::clone(&run), phase.clone());
-        tasks.spawn(async move { consumer.run(run, phase).await.map(Finished::Consumer) });
-    }
-    for producer in producers {
-        let (run, phase) = (Arc::clone(&run), phase.subscribe());
-        tasks.spawn(async move { producer.run(run, phase).await.map(Finished::Producer) });
-    }
+    spawn_all(&mut tasks, consumers, &run, &phase);
+    spawn_all(&mut tasks, producers, &run, &phase);
 
     let mut finishes = Finishes::default();
-    let error = match timeout_at(deadline, collect(&mut tasks, &mut finishes)).await {
-        Ok(Ok(())) => None,
-        Ok(Err(err)) => Some(format!("{err:#}")),
-        Err(_) => Some(format!("timed out after {} s", run.options.timeout)),
-    };
+    let error = collect_by(deadline, &mut tasks, &mut finishes, &run, "").await;
     let stopped = Instant::now();
     if error.is_some() {
-        phase.send_replace(Phase::Aborted);
-        if timeout(STOP_GRACE, collect_rest(&mut tasks, &mut finishes)).await.is_err() {
-            eprintln!("ironbus-bench: links did not stop within {STOP_GRACE:?}; abandoning them");
-            tasks.abort_all();
-        }
+        abort(&phase, &mut tasks, &mut finishes).await;
     }
     Ok(summarise(&run, start, start, stopped, finishes, error))
 }
@@ -239,9 +285,12 @@ async fn execute(options: Options) -> Result<Report> {
 /// `--preload`: producers send everything (every send acknowledged), then consumers attach and
 /// receive; the receive rate is timed from the consumers' start, the send rate from the
 /// producers'.
-async fn preload_then_receive(run: Arc<Run>, deadline: clock::Instant) -> Result<Report> {
-    let connecting = |_| anyhow!("timed out after {} s while connecting", run.options.timeout);
-    let producers = timeout_at(deadline, attach_producers(&run)).await.map_err(connecting)??;
+async fn preload_then_receive<P, C>(run: Arc<Run>, deadline: clock::Instant) -> Result<Report>
+where
+    P: Participant<Kind = Producing>,
+    C: Participant<Kind = Consuming>,
+{
+    let producers = connect_by(deadline, &run, attach::<P>(&run, run.options.producers)).await?;
     eprintln!(
         "ironbus-bench: run {:016x}: preloading {} messages with {} producers to {} at {}",
         run.id,
@@ -253,20 +302,15 @@ async fn preload_then_receive(run: Arc<Run>, deadline: clock::Instant) -> Result
     let (phase, _) = watch::channel(Phase::Running);
     let send_start = Instant::now();
     let mut tasks = JoinSet::new();
-    for producer in producers {
-        let (run, phase) = (Arc::clone(&run), phase.subscribe());
-        tasks.spawn(async move { producer.run(run, phase).await.map(Finished::Producer) });
-    }
+    spawn_all(&mut tasks, producers, &run, &phase);
     let mut finishes = Finishes::default();
-    let mut error = match timeout_at(deadline, collect(&mut tasks, &mut finishes)).await {
-        Ok(Ok(())) => None,
-        Ok(Err(err)) => Some(format!("{err:#}")),
-        Err(_) => Some(format!("timed out after {} s while preloading", run.options.timeout)),
-    };
+    let mut error =
+        collect_by(deadline, &mut tasks, &mut finishes, &run, " while preloading").await;
     let mut start = Instant::now();
     if error.is_none() {
-        match timeout_at(deadline, attach_consumers(&run)).await {
-            Ok(Ok(consumers)) => {
+        let consumers = attach::<C>(&run, run.options.consumer_count());
+        match connect_by(deadline, &run, consumers).await {
+            Ok(consumers) => {
                 eprintln!(
                     "ironbus-bench: run {:016x}: preloaded in {:.3} s; {} consumers receiving",
                     run.id,
@@ -274,72 +318,105 @@ async fn preload_then_receive(run: Arc<Run>, deadline: clock::Instant) -> Result
                     consumers.len(),
                 );
                 start = Instant::now();
-                for consumer in consumers {
-                    let (run, phase) = (Arc::clone(&run), phase.clone());
-                    tasks.spawn(
-                        async move { consumer.run(run, phase).await.map(Finished::Consumer) },
-                    );
-                }
-                error = match timeout_at(deadline, collect(&mut tasks, &mut finishes)).await {
-                    Ok(Ok(())) => None,
-                    Ok(Err(err)) => Some(format!("{err:#}")),
-                    Err(_) => Some(format!("timed out after {} s", run.options.timeout)),
-                };
+                spawn_all(&mut tasks, consumers, &run, &phase);
+                error = collect_by(deadline, &mut tasks, &mut finishes, &run, "").await;
             }
-            Ok(Err(err)) => error = Some(format!("{err:#}")),
-            Err(_) => {
-                error = Some(format!("timed out after {} s while connecting", run.options.timeout))
-            }
+            Err(err) => error = Some(format!("{err:#}")),
         }
     }
     let stopped = Instant::now();
     if error.is_some() {
-        phase.send_replace(Phase::Aborted);
-        if timeout(STOP_GRACE, collect_rest(&mut tasks, &mut finishes)).await.is_err() {
-            eprintln!("ironbus-bench: links did not stop within {STOP_GRACE:?}; abandoning them");
-            tasks.abort_all();
-        }
+        abort(&phase, &mut tasks, &mut finishes).await;
     }
     Ok(summarise(&run, send_start, start, stopped, finishes, error))
 }
 
+/// `attaching`, given up at `deadline` (connecting counts against `--timeout`).
+async fn connect_by<T>(
+    deadline: clock::Instant,
+    run: &Run,
+    attaching: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    timeout_at(deadline, attaching)
+        .await
+        .map_err(|_| anyhow!("timed out after {} s while connecting", run.options.timeout))?
+}
+
 /// Attaches consumers first (so they are there when producers start), then producers.
-async fn attach_all(run: &Run) -> Result<(Vec<AnyConsumer>, Vec<AnyProducer>)> {
-    let consumers = attach_consumers(run).await?;
-    let producers = attach_producers(run).await?;
+async fn attach_all<P, C>(run: &Run) -> Result<(Vec<C>, Vec<P>)>
+where
+    P: Participant<Kind = Producing>,
+    C: Participant<Kind = Consuming>,
+{
+    let consumers = attach::<C>(run, run.options.consumer_count()).await?;
+    let producers = attach::<P>(run, run.options.producers).await?;
     Ok((consumers, producers))
 }
 
-async fn attach_consumers(run: &Run) -> Result<Vec<AnyConsumer>> {
-    let mut consumers = Vec::new();
-    for index in 0..run.options.consumer_count() {
-        consumers.push(match run.options.client {
-            Client::Wire => AnyConsumer::Wire(Box::new(wire::Consumer::attach(run, index).await?)),
-            Client::Fe2o3 => AnyConsumer::Fe2o3(Box::new(Consumer::attach(run, index).await?)),
-        });
+/// Participants number 0 to `count` - 1 of a kind, attached one after the other.
+async fn attach<T: Participant>(run: &Run, count: u32) -> Result<Vec<T>> {
+    let mut participants = Vec::new();
+    for index in 0..count {
+        participants.push(T::attach(run, index).await?);
     }
-    Ok(consumers)
+    Ok(participants)
 }
 
-async fn attach_producers(run: &Run) -> Result<Vec<AnyProducer>> {
-    let mut producers = Vec::new();
-    for index in 0..run.options.producers {
-        let count = share(run, index);
-        producers.push(match run.options.client {
-            Client::Wire => AnyProducer::Wire(wire::Producer::attach(run, index, count).await?),
-            Client::Fe2o3 => {
-                AnyProducer::Fe2o3(Box::new(Producer::attach(run, index, count).await?))
-            }
-        });
+/// Starts each participant's run on `tasks`, following `phase`.
+fn spawn_all<T: Participant>(
+    tasks: &mut JoinSet<Result<Finished>>,
+    participants: Vec<T>,
+    run: &Arc<Run>,
+    phase: &watch::Sender<Phase>,
+) {
+    for participant in participants {
+        let (run, phase) = (Arc::clone(run), <T::Kind as Kind>::watch(phase));
+        tasks.spawn(run_participant(participant, run, phase));
     }
-    Ok(producers)
 }
 
-/// Producer `index`'s part of the messages: an even split, the first ones taking the remainder.
-fn share(run: &Run, index: u32) -> u64 {
-    let producers = u64::from(run.options.producers);
-    let (each, remainder) = (run.options.messages / producers, run.options.messages % producers);
-    each + u64::from(u64::from(index) < remainder)
+/// A participant's run: its work, then its close whatever the work's outcome; an error names it.
+async fn run_participant<T: Participant>(
+    mut participant: T,
+    run: Arc<Run>,
+    mut phase: <T::Kind as Kind>::Watch,
+) -> Result<Finished> {
+    let mut report = <T::Kind as Kind>::Report::default();
+    let outcome = participant.work(&run, &mut phase, &mut report).await;
+    let name = participant.name().to_owned();
+    participant.close().await;
+    outcome.with_context(|| name)?;
+    Ok(<T::Kind as Kind>::finished(report))
+}
+
+/// Collects every task's report until `deadline`; the run's error, if any (`during`: what a
+/// timeout interrupted, for its message).
+async fn collect_by(
+    deadline: clock::Instant,
+    tasks: &mut JoinSet<Result<Finished>>,
+    finishes: &mut Finishes,
+    run: &Run,
+    during: &str,
+) -> Option<String> {
+    match timeout_at(deadline, collect(tasks, finishes)).await {
+        Ok(Ok(())) => None,
+        Ok(Err(err)) => Some(format!("{err:#}")),
+        Err(_) => Some(format!("timed out after {} s{during}", run.options.timeout)),
+    }
+}
+
+/// After an error: aborts the run and collects what the tasks still report, abandoning them
+/// after `STOP_GRACE`.
+async fn abort(
+    phase: &watch::Sender<Phase>,
+    tasks: &mut JoinSet<Result<Finished>>,
+    finishes: &mut Finishes,
+) {
+    phase.send_replace(Phase::Aborted);
+    if timeout(STOP_GRACE, collect_rest(tasks, finishes)).await.is_err() {
+        eprintln!("ironbus-bench: links did not stop within {STOP_GRACE:?}; abandoning them");
+        tasks.abort_all();
+    }
 }
 
 /// Collects every task's report; stops at the first failure (aborting the run is the caller's).

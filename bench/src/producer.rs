@@ -1,9 +1,6 @@
 //! A producer: one connection, one sender link, up to `window` unsettled sends in flight.
 
-use std::{
-    sync::{atomic::Ordering, Arc},
-    time::Instant,
-};
+use std::{sync::atomic::Ordering, time::Instant};
 
 use anyhow::{bail, Context, Result};
 use fe2o3_amqp::{
@@ -17,7 +14,7 @@ use fe2o3_amqp::{
 use futures_util::{stream::FuturesUnordered, StreamExt};
 use tokio::sync::watch;
 
-use crate::{endpoint::Link, payload, Phase, Run};
+use crate::{endpoint::Link, payload, Participant, Phase, Producing, Run};
 
 /// A producer, connected and attached, that has not sent yet.
 #[derive(Debug)]
@@ -30,16 +27,18 @@ pub(crate) struct Producer {
 }
 
 /// What a producer did.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct ProducerReport {
     /// When the broker acknowledged its last message (`None` if it did not get that far).
     pub finished_at: Option<Instant>,
 }
 
-impl Producer {
+impl Participant for Producer {
+    type Kind = Producing;
+
     /// Connects producer number `index` of the run and attaches its sender to the address.
-    pub(crate) async fn attach(run: &Run, index: u32, count: u64) -> Result<Producer> {
-        let name = format!("ironbus-bench-{:016x}-p{index}", run.id);
+    async fn attach(run: &Run, index: u32) -> Result<Producer> {
+        let name = run.link_name('p', index);
         let mut link = run.endpoint.connect(&name, &run.options.address).await?;
         let sender = Sender::builder()
             .name(format!("{name}-sender"))
@@ -49,31 +48,21 @@ impl Producer {
             .attach(&mut link.session)
             .await
             .with_context(|| format!("{name}: attaching a sender to {}", run.options.address))?;
-        Ok(Producer { name, link, sender, count })
+        Ok(Producer { name, link, sender, count: run.options.share(index) })
+    }
+
+    fn name(&self) -> &str {
+        &self.name
     }
 
     /// Sends this producer's share, keeping at most `window` sends unsettled, until all are
-    /// acknowledged or the run is aborted; then detaches and closes.
-    pub(crate) async fn run(
-        mut self,
-        run: Arc<Run>,
-        mut phase: watch::Receiver<Phase>,
-    ) -> Result<ProducerReport> {
-        let outcome = self.send_all(&run, &mut phase).await;
-        // Detach rather than close: RabbitMQ 3.x answers a closing detach with closed = false,
-        // which fe2o3-amqp reports as an illegal state.
-        if let Err((_, err)) = self.sender.detach().await {
-            eprintln!("ironbus-bench: {}: detaching: {err}", self.name);
-        }
-        self.link.close(&self.name).await;
-        outcome.with_context(|| self.name.clone())
-    }
-
-    async fn send_all(
+    /// acknowledged or the run is aborted.
+    async fn work(
         &mut self,
         run: &Run,
         phase: &mut watch::Receiver<Phase>,
-    ) -> Result<ProducerReport> {
+        report: &mut ProducerReport,
+    ) -> Result<()> {
         let window = usize::try_from(run.options.window).unwrap_or(usize::MAX);
         let size = usize::try_from(run.options.size).unwrap_or(usize::MAX);
         let header = run.options.durable.then(|| Header { durable: true, ..Header::default() });
@@ -91,7 +80,7 @@ impl Producer {
                         in_flight.push(delivery.context("sending")?);
                         sent += 1;
                     }
-                    _ = aborted(phase) => return Ok(ProducerReport { finished_at: None }),
+                    _ = aborted(phase) => return Ok(()),
                 }
             } else {
                 tokio::select! {
@@ -102,16 +91,26 @@ impl Producer {
                         }
                         run.counters.acknowledged.fetch_add(1, Ordering::Relaxed);
                     }
-                    _ = aborted(phase) => return Ok(ProducerReport { finished_at: None }),
+                    _ = aborted(phase) => return Ok(()),
                 }
             }
         }
-        Ok(ProducerReport { finished_at: Some(Instant::now()) })
+        report.finished_at = Some(Instant::now());
+        Ok(())
+    }
+
+    async fn close(self) {
+        // Detach rather than close: RabbitMQ 3.x answers a closing detach with closed = false,
+        // which fe2o3-amqp reports as an illegal state.
+        if let Err((_, err)) = self.sender.detach().await {
+            eprintln!("ironbus-bench: {}: detaching: {err}", self.name);
+        }
+        self.link.close(&self.name).await;
     }
 }
 
 /// Resolves when the run is aborted (producers ignore completion: they still await outcomes).
-async fn aborted(phase: &mut watch::Receiver<Phase>) {
+pub(crate) async fn aborted(phase: &mut watch::Receiver<Phase>) {
     // An error means the run's controller is gone: stop as if aborted.
     let _ = phase.wait_for(|phase| *phase == Phase::Aborted).await;
 }

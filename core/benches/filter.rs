@@ -97,7 +97,7 @@ fn main() {
 
     let correlation = Filter::Correlation(CorrelationFilter {
         correlation_id: Some("order-42".into()),
-        properties: [("color".to_owned(), PropertyValue::String("red".into()))].into(),
+        properties: vec![("color".to_owned(), PropertyValue::String("red".into()))],
         ..CorrelationFilter::default()
     });
     let cases: Vec<(&str, Filter)> = vec![

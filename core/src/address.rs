@@ -12,8 +12,10 @@
 //! Keywords (`Subscriptions`, `Rules`, `$DeadLetterQueue`, `$Transfer`, `$management`) match in
 //! any casing; names keep the casing they were given for display and compare case-insensitively
 //! ([`EntityPath::key`]). Percent-decoding is the transport's business: a path arrives here
-//! decoded. Names are not validated here (a path that names no entity is simply not found);
-//! creation validates them ([`crate::description::validate_entity_name`]).
+//! decoded. The scheme and authority of a URI are stripped by `uri_path`, which token
+//! audiences use too, with their own reading of queries, schemes and escapes. Names are not
+//! validated here (a path that names no entity is simply not found); creation validates them
+//! ([`crate::description::validate_entity_name`]).
 //!
 //! [`Address::parse`] takes a URI (`sb://`, `amqps://`, with a host) or a bare path and returns
 //! an entity's (sub-)queue ([`Address::Entity`]) or its `$management` node
@@ -32,11 +34,13 @@
 //! subscription path, so a queue or topic name never contains one: queue, topic, subscription
 //! and rule paths can share one key space without colliding.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::ops::Deref;
 use std::str::FromStr;
 
+use crate::auth::percent;
 use crate::types::SubQueue;
 
 /// The dead-letter sub-queue's segment.
@@ -113,7 +117,8 @@ impl EntityPath {
     /// `topic/Subscriptions/name/Rules` a subscription's rules. Returns the parent and the shape
     /// of what is listed; `None` if `path` is not such a listing.
     pub fn parse_listing(path: &str) -> Option<(EntityPath, PathShape)> {
-        let trimmed = strip_authority(path).trim_matches('/');
+        let path = uri_path(path, UriReading::ADDRESS);
+        let trimmed = path.trim_matches('/');
         let (parent, last) = trimmed.rsplit_once('/')?;
         let parent = EntityPath::parse(parent).ok()?;
         match parent.shape {
@@ -278,7 +283,7 @@ impl EntityAddress {
         match Address::parse(path) {
             Ok(Address::Entity(address)) => address,
             _ => EntityAddress {
-                entity: EntityPath::verbatim(strip_authority(path).trim_matches('/')),
+                entity: EntityPath::verbatim(uri_path(path, UriReading::ADDRESS).trim_matches('/')),
                 queue: SubQueue::Main,
             },
         }
@@ -339,7 +344,8 @@ impl Address {
     /// The address grammar (see the module docs): a full URI (`sb://host/q`,
     /// `amqps://host:5671/q/$DeadLetterQueue`) or a bare path, with any surrounding slashes.
     pub fn parse(input: &str) -> Result<Address, AddressError> {
-        let path = strip_authority(input).trim_matches('/');
+        let path = uri_path(input, UriReading::ADDRESS);
+        let path = path.trim_matches('/');
         if path.is_empty() {
             return Err(AddressError::Empty);
         }
@@ -391,15 +397,83 @@ impl FromStr for Address {
     }
 }
 
-/// The path of a URI (`scheme://host[:port]/path` → `/path`); a bare path as it is.
-fn strip_authority(input: &str) -> &str {
-    match input.find("://") {
-        Some(i) => {
-            let after = &input[i + 3..];
-            after.find('/').map_or("", |j| &after[j..])
+/// How [`uri_path`] reads a URI. Addresses and token audiences both name entities by URI or bare
+/// path but come from different places, so they are read differently; each difference is a
+/// field here, and each reading ([`UriReading::ADDRESS`], [`UriReading::AUDIENCE`]) says why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UriReading {
+    /// Cut the input at its first `?` or `#` before looking for a scheme.
+    pub(crate) cut_query: bool,
+    /// Count only an RFC 3986 scheme (`ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )`) before
+    /// `://`; when false, whatever comes before the first `://` is taken as a scheme.
+    pub(crate) strict_scheme: bool,
+    /// Percent-decode the path of a URI once, keeping it as it is when it does not decode (a
+    /// malformed escape, or bytes that are not UTF-8). A bare path is never decoded.
+    pub(crate) decode: bool,
+}
+
+impl UriReading {
+    /// Link addresses and request paths ([`Address::parse`], [`EntityAddress::parse`],
+    /// [`EntityPath::parse_listing`]).
+    /// - No decoding: they arrive decoded (percent-decoding is the transport's business, see the
+    ///   module docs), and decoding twice would change a name that holds a `%`.
+    /// - No query: the address grammar has none. A `?` or `#` that gets here stays in the name,
+    ///   which then names no entity, rather than silently addressing a shorter one.
+    /// - No scheme check: addresses have always dropped whatever precedes the first `://`
+    ///   (`1x://host/q` names `q`); checking would change what such an address names.
+    pub(crate) const ADDRESS: UriReading =
+        UriReading { cut_query: false, strict_scheme: false, decode: false };
+
+    /// A SAS token's audience (its `sr`, already decoded once as a token parameter) and the
+    /// paths an audience is compared with ([`crate::auth::Audience`]).
+    /// - Query cut: clients sign whole request URLs (`?api-version=…`, `?timeout=5`), and the
+    ///   query must not change which entity the token is for.
+    /// - Path decoded: some clients escape the path inside the URI they sign
+    ///   (`https://host/%24Resources/Queues`); every spelling must name the same entity.
+    /// - Scheme checked: only a real `scheme://` makes a URI, so a text that merely contains
+    ///   `://` is compared as the bare path it is.
+    pub(crate) const AUDIENCE: UriReading =
+        UriReading { cut_query: true, strict_scheme: true, decode: true };
+}
+
+/// The path of a URI (`scheme://host[:port]/path` gives `/path`, `scheme://host` the empty
+/// path); a bare path as it is. Shared by addresses and token audiences.
+///
+/// # Behavior
+/// - The authority ends at the first `/` after `://`. Without `cut_query`, a `?` or `#` before
+///   that `/` is part of the authority, after it part of the path.
+/// - Surrounding `/` are kept: callers trim them.
+/// - Borrows `input` unless decoding changed the path.
+pub(crate) fn uri_path(input: &str, reading: UriReading) -> Cow<'_, str> {
+    let input = if reading.cut_query {
+        input.find(['?', '#']).map_or(input, |end| &input[..end])
+    } else {
+        input
+    };
+    match input.split_once("://") {
+        Some((scheme, rest)) if !reading.strict_scheme || is_scheme(scheme) => {
+            let path = rest.find('/').map_or("", |slash| &rest[slash..]);
+            match reading.decode.then(|| percent::decode(path)).flatten() {
+                Some(decoded) => decoded,
+                None => Cow::Borrowed(path),
+            }
         }
-        None => input,
+        _ => Cow::Borrowed(input),
     }
+}
+
+/// The node path of an address as a client gives it (a URI or a bare path): scheme and host
+/// stripped, no surrounding slashes, nothing decoded — the address reading of [`uri_path`],
+/// for transports that keep the path a link was attached with.
+pub fn node_path(address: &str) -> String {
+    uri_path(address, UriReading::ADDRESS).trim_matches('/').to_owned()
+}
+
+/// RFC 3986: `ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )`.
+fn is_scheme(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
 #[cfg(test)]
@@ -571,5 +645,68 @@ mod tests {
         assert_eq!((kept.entity.as_str(), kept.queue), ("q/$Transfer", SubQueue::Main));
         let kept = EntityAddress::from("q/$management");
         assert_eq!(kept.entity.as_str(), "q/$management");
+    }
+
+    #[test]
+    fn uri_path_reads_addresses_and_audiences_apart() {
+        // (input, as an address, as an audience)
+        let cases = [
+            // A bare path is kept as it is.
+            ("q", "q", "q"),
+            ("/q/", "/q/", "/q/"),
+            ("", "", ""),
+            // Scheme and authority go; the path keeps its slashes.
+            ("sb://h/q", "/q", "/q"),
+            ("amqps://h:5671/q/$management", "/q/$management", "/q/$management"),
+            ("SB://H/Q", "/Q", "/Q"),
+            ("x-1.y+z://h/q", "/q", "/q"),
+            ("sb://h", "", ""),
+            ("sb://h/", "/", "/"),
+            ("sb://", "", ""),
+            // Not an RFC 3986 scheme: only an address drops it.
+            ("1bad://h/q", "/q", "1bad://h/q"),
+            ("a b://h/q", "/q", "a b://h/q"),
+            ("://h/q", "/q", "://h/q"),
+            ("q/x://h/p", "/p", "q/x://h/p"),
+            // Query and fragment: only an audience cuts them, before it looks for a scheme.
+            ("sb://h/q?timeout=5", "/q?timeout=5", "/q"),
+            ("sb://h/q#frag", "/q#frag", "/q"),
+            ("q?x=1", "q?x=1", "q"),
+            ("sb://h?x=/p", "/p", ""),
+            ("q?x=sb://h/p", "/p", "q"),
+            // Escapes: only an audience's URI path is decoded, once, and only if it decodes.
+            ("https://h/%24resources/queues", "/%24resources/queues", "/$resources/queues"),
+            ("https://h/%2524", "/%2524", "/%24"),
+            ("https://h/a+b%20c", "/a+b%20c", "/a+b c"),
+            ("https://h/bad%zz", "/bad%zz", "/bad%zz"),
+            ("https://h/%24ok%zz", "/%24ok%zz", "/%24ok%zz"),
+            ("https://h/%FF", "/%FF", "/%FF"),
+            ("https://%24h/q", "/q", "/q"),
+            ("%24q", "%24q", "%24q"),
+        ];
+        for (input, address, audience) in cases {
+            assert_eq!(uri_path(input, UriReading::ADDRESS), address, "{input} as an address");
+            assert_eq!(uri_path(input, UriReading::AUDIENCE), audience, "{input} as an audience");
+        }
+        // Nothing is copied unless something was decoded.
+        assert!(matches!(uri_path("sb://h/%24q", UriReading::ADDRESS), Cow::Borrowed("/%24q")));
+        assert!(matches!(uri_path("sb://h/q?x", UriReading::AUDIENCE), Cow::Borrowed("/q")));
+    }
+
+    #[test]
+    fn addresses_are_neither_decoded_nor_cut_at_a_query() {
+        let cases = [
+            ("sb://h/%24q", "%24q"),
+            ("q?x=1", "q?x=1"),
+            ("sb://h/q#f/$DeadLetterQueue", "q#f"),
+            ("1bad://h/q", "q"),
+        ];
+        for (path, name) in cases {
+            assert_eq!(entity(path).entity.as_str(), name, "{path}");
+            assert_eq!(EntityAddress::parse(path).entity.as_str(), name, "{path}");
+        }
+        let (parent, shape) = EntityPath::parse_listing("amqps://h:1/T/Subscriptions").unwrap();
+        assert_eq!((parent.as_str(), shape), ("T", PathShape::Subscription));
+        assert!(EntityPath::parse_listing("sb://h/t/Subscriptions?x").is_none());
     }
 }

@@ -1,105 +1,61 @@
 //! The broker: the handle transports call. It holds the namespace (entities and their
 //! partitions), routes each operation to the partitions it concerns, and runs management.
 //!
+//! This file holds the handle ([`Broker`], `EntityHandle`), opening the namespace, starting
+//! an entity's partitions, and the management calls generic over the kind, which send each
+//! kind where it is handled with an exhaustive `match` on [`EntityKind`]. By concern:
+//!
+//! - `broker/queues.rs` — a queue's update and delete, the queue-named management calls,
+//!   [`QueueInfo`] and [`QueueRuntime`].
+//! - `broker/topics.rs` — topics, subscriptions and rules: their management, and how their
+//!   entities are started.
+//! - `broker/sending.rs` — send, schedule and cancel: the checks, the routing to a partition,
+//!   the bytes a send holds against its entity's size.
+//! - `broker/receiving.rs` — receivers, settlement, lock renewal, deferred receives, peeks.
+//! - `broker/sessions.rs` — accepting sessions and the [`SessionReceiver`] that holds one.
+//! - `broker/forwarding.rs` — auto-forwarding: its configuration rules and the forwarder.
+//! - `broker/transactions.rs` — local transactions, committed as one write on their via
+//!   partition.
+//!
 //! **Architecture Invariant:** the broker decides *where* (which entity, which partition);
 //! partitions decide *what* (the Service Bus rules on their messages). An entity's record is the
 //! commit point of create and delete: partitions exist in the store only under a live entity id.
 
 mod forwarding;
+mod queues;
+mod receiving;
+mod sending;
 mod sessions;
 mod topics;
 pub(crate) mod transactions;
 
 pub use forwarding::creation_order;
+pub use queues::{Availability, QueueInfo, QueueRuntime};
+pub use sending::SendFuture;
 pub use sessions::SessionReceiver;
 pub use topics::TopicRuntime;
 pub use transactions::Transaction;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::oneshot;
 
-use crate::address::{EntityAddress, EntityPath};
+use crate::address::EntityPath;
 use crate::clock::Clock;
 use crate::codec::{self, EntityRecord};
 use crate::description::{validate_entity_name, NamespaceLimits, QueueDescription};
 use crate::entity::{EntityDescription, EntityInfo, EntityKind};
 use crate::error::{BrokerError, Result};
 use crate::keys::{self, EntityId};
-use crate::message::{Disposition, Message, ReceivedMessage};
-use crate::partition::{
-    self, Command, Lane, PartitionContext, PartitionCounts, PartitionHandle, SendOutcome,
-};
+use crate::partition::{self, Command, Lane, PartitionContext, PartitionHandle};
 
 use self::topics::SubscriptionStart;
-use crate::receiver::Receiver;
-use crate::router::{self, RoundRobin};
+use crate::router::RoundRobin;
 use crate::store::{Store, WriteBatch};
-use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp};
-
-/// The answer to a send started with [`Broker::start_send`].
-pub type SendFuture = Pin<Box<dyn Future<Output = Result<Vec<SendOutcome>>> + Send>>;
-
-/// A queue's description and bookkeeping, as management returns it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QueueInfo {
-    pub name: String,
-    pub description: QueueDescription,
-    pub created_at: Timestamp,
-    pub updated_at: Timestamp,
-}
-
-impl QueueInfo {
-    /// The queue an entity is; an entity of another kind is not found (as a queue).
-    pub fn from_entity(info: &EntityInfo) -> Result<QueueInfo> {
-        match &info.description {
-            EntityDescription::Queue(description) => Ok(QueueInfo {
-                name: info.path.to_string(),
-                description: description.clone(),
-                created_at: info.created_at,
-                updated_at: info.updated_at,
-            }),
-            EntityDescription::Topic(_)
-            | EntityDescription::Subscription(_)
-            | EntityDescription::Rule(_) => {
-                Err(BrokerError::EntityNotFound { entity: info.path.to_string() })
-            }
-        }
-    }
-}
-
-/// Whether every partition of an entity can serve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Availability {
-    Available,
-    /// At least one partition is unavailable; operations pinned to it fail, the rest go on.
-    Limited,
-}
-
-/// A queue's runtime counts, summed over its partitions.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QueueRuntime {
-    pub name: String,
-    pub active_message_count: u64,
-    pub dead_letter_message_count: u64,
-    pub scheduled_message_count: u64,
-    pub deferred_message_count: u64,
-    pub transfer_message_count: u64,
-    pub transfer_dead_letter_message_count: u64,
-    /// Total messages (active, deferred, scheduled, dead-lettered).
-    pub total_message_count: u64,
-    pub size_in_bytes: u64,
-    pub availability: Availability,
-    /// Partitions that could not answer (their counts are missing from the sums).
-    pub unavailable_partitions: Vec<PartitionId>,
-    pub created_at: Timestamp,
-    pub updated_at: Timestamp,
-}
+use crate::types::{PartitionId, SequenceNumber};
 
 /// An entity and its running partitions.
 pub(crate) struct EntityHandle {
@@ -375,7 +331,7 @@ impl Broker {
                 )))
             }
         };
-        let partitions = if kind == EntityKind::Rule {
+        let partitions = if !has_partitions(kind) {
             Vec::new()
         } else {
             (0..description.partitions())
@@ -445,20 +401,6 @@ impl Broker {
             }
             EntityDescription::Rule(rule) => self.create_rule(path, rule).await,
         }
-    }
-
-    /// Creates a queue (see [`Broker::create_entity`]).
-    pub async fn create_queue(
-        &self,
-        name: &str,
-        description: QueueDescription,
-    ) -> Result<QueueInfo> {
-        validate_entity_name(name)?;
-        let path = EntityPath::parse(name)
-            .map_err(|e| BrokerError::invalid("EntityName", e.to_string()))?;
-        QueueInfo::from_entity(
-            &self.create_entity(&path, EntityDescription::Queue(description)).await?,
-        )
     }
 
     /// Creates a queue or a topic.
@@ -557,11 +499,6 @@ impl Broker {
         Ok(entity_info(&self.entity(path)?.record()))
     }
 
-    /// A queue's description.
-    pub async fn get_queue(&self, name: &str) -> Result<QueueInfo> {
-        QueueInfo::from_entity(&entity_info(&self.entity_named(name)?.record()))
-    }
-
     /// The store key prefix under which one partition of a queue keeps all its records. For
     /// tools that act on one partition's storage: fault injection in tests, diagnostics.
     pub fn partition_key_prefix(&self, name: &str, partition: PartitionId) -> Result<bytes::Bytes> {
@@ -595,62 +532,6 @@ impl Broker {
         Ok(entities.iter().skip(skip).take(top).map(|(_, record)| entity_info(record)).collect())
     }
 
-    /// Every queue, ordered by name, from `skip`, at most `top`.
-    pub async fn list_queues(&self, skip: usize, top: usize) -> Result<Vec<QueueInfo>> {
-        self.list_entities(EntityKind::Queue, skip, top)
-            .await?
-            .iter()
-            .map(QueueInfo::from_entity)
-            .collect()
-    }
-
-    /// A queue's counts summed over its partitions, and whether all of them can serve.
-    pub async fn get_queue_runtime(&self, name: &str) -> Result<QueueRuntime> {
-        let entity = self.entity_named(name)?;
-        let record = entity.record();
-        let mut total = PartitionCounts::default();
-        let mut unavailable = Vec::new();
-        let answers = ask_all(&entity, |reply| Command::Counts { reply }).await;
-        for (partition, answer) in entity.partitions.iter().zip(answers) {
-            match answer {
-                Ok(c) => {
-                    total.active += c.active;
-                    total.deferred += c.deferred;
-                    total.scheduled += c.scheduled;
-                    total.dead_lettered += c.dead_lettered;
-                    total.transfer += c.transfer;
-                    total.transfer_dead_lettered += c.transfer_dead_lettered;
-                    total.size_bytes += c.size_bytes;
-                }
-                Err(_) => unavailable.push(partition.id),
-            }
-        }
-        Ok(QueueRuntime {
-            name: record.name.clone(),
-            active_message_count: total.active,
-            dead_letter_message_count: total.dead_lettered,
-            scheduled_message_count: total.scheduled,
-            deferred_message_count: total.deferred,
-            transfer_message_count: total.transfer,
-            transfer_dead_letter_message_count: total.transfer_dead_lettered,
-            total_message_count: total.active
-                + total.deferred
-                + total.scheduled
-                + total.dead_lettered
-                + total.transfer
-                + total.transfer_dead_lettered,
-            size_in_bytes: total.size_bytes,
-            availability: if unavailable.is_empty() {
-                Availability::Available
-            } else {
-                Availability::Limited
-            },
-            unavailable_partitions: unavailable,
-            created_at: record.created_at,
-            updated_at: record.updated_at,
-        })
-    }
-
     /// Fails with the first unavailable partition's error unless every partition answers.
     async fn require_all_partitions(&self, entity: &EntityHandle) -> Result<()> {
         for answer in ask_all(entity, |reply| Command::Counts { reply }).await {
@@ -668,7 +549,7 @@ impl Broker {
     ) -> Result<EntityInfo> {
         let _guard = self.inner.management.lock().await;
         let entity = self.entity(path)?;
-        let mut record = entity.record();
+        let record = entity.record();
         if record.description.kind() != description.kind() {
             return Err(BrokerError::InvalidOperation(format!(
                 "{} is a {}, not a {}",
@@ -677,496 +558,25 @@ impl Broker {
                 description.kind().as_str()
             )));
         }
-        let shared = match (&record.description, &description) {
-            (EntityDescription::Queue(current), EntityDescription::Queue(new)) => {
-                current.validate_update(new)?;
-                self.check_forwarding(
-                    &new.forward_to,
-                    &new.forward_dead_lettered_messages_to,
-                    new.requires_session,
-                    &entity.path,
-                )?;
-                Arc::new(new.clone())
+        match entity.kind {
+            EntityKind::Queue => self.update_queue_entity(entity, record, description).await,
+            EntityKind::Topic | EntityKind::Subscription | EntityKind::Rule => {
+                self.update_topic_entity(entity, record, description).await
             }
-            _ => return self.update_topic_entity(entity, record, description).await,
-        };
-        self.require_all_partitions(&entity).await?;
-        record.description = description;
-        record.updated_at = self.inner.clock.now();
-        let mut batch = WriteBatch::new();
-        batch.put(keys::entity(entity.path.key()), codec::encode_entity(&record));
-        self.namespace_store().write(batch).await?;
-        entity.set_record(record.clone(), shared.clone());
-        for p in &entity.partitions {
-            p.send(Command::Update(shared.clone()));
         }
-        self.ensure_forwarder(&entity);
-        Ok(entity_info(&record))
-    }
-
-    /// Replaces a queue's description (see [`Broker::update_entity`]).
-    pub async fn update_queue(
-        &self,
-        name: &str,
-        description: QueueDescription,
-    ) -> Result<QueueInfo> {
-        let path = self.entity_named(name)?.path.clone();
-        QueueInfo::from_entity(
-            &self.update_entity(&path, EntityDescription::Queue(description)).await?,
-        )
     }
 
     /// Deletes an entity and every message in it. Every partition must be available.
     pub async fn delete_entity(&self, path: &EntityPath) -> Result<()> {
         let _guard = self.inner.management.lock().await;
         let entity = self.entity(path)?;
-        if entity.kind != EntityKind::Queue {
-            return self.delete_topic_entity(entity).await;
-        }
-        self.require_all_partitions(&entity).await?;
-        let mut batch = WriteBatch::new();
-        batch.delete(keys::entity(entity.path.key()));
-        let prefix = keys::entity_prefix(entity.id);
-        let end = crate::store::prefix_end(&prefix);
-        batch.delete_range(prefix.clone(), end.clone());
-        self.namespace_store().write(batch).await?;
-        self.entities_mut().remove(entity.path.key());
-        entity.close();
-        // The entity record is gone, so what other stores hold of it is unreachable (ids are
-        // never reused); reclaim it now, and only log if a store cannot.
-        for store in self.inner.stores.iter().skip(1) {
-            let mut batch = WriteBatch::new();
-            batch.delete_range(prefix.clone(), end.clone());
-            if let Err(e) = store.write(batch).await {
-                tracing::warn!(entity = %entity.path, error = %e, "could not delete a deleted entity's messages from a store");
-            }
-        }
-        tracing::info!(entity = %entity.path, kind = entity.kind.as_str(), "entity deleted");
-        Ok(())
-    }
-
-    /// Deletes a queue and every message in it (see [`Broker::delete_entity`]).
-    pub async fn delete_queue(&self, name: &str) -> Result<()> {
-        let path = self.entity_named(name)?.path.clone();
-        self.delete_entity(&path).await
-    }
-
-    // ---- sending ----
-
-    /// Sends messages to a queue, atomically: all are stored or none. On a partitioned entity
-    /// the router picks the partition from the messages' partition key, which all keyed messages
-    /// of one call must share; a call without any key goes to the next available partition in
-    /// turn.
-    ///
-    /// Returns, per message, its sequence number or that it was dropped as a duplicate.
-    pub async fn send(
-        &self,
-        address: impl Into<EntityAddress>,
-        messages: Vec<Message>,
-    ) -> Result<Vec<SendOutcome>> {
-        self.start_send(address, messages)?.await
-    }
-
-    /// [`Broker::send`] in two steps: the messages are checked, routed and queued on their
-    /// partition before this returns; the future then waits for them to be stored. Sends
-    /// started one after another on the same partition are stored in that order, so a
-    /// transport can pipeline a link's sends and keep their order.
-    pub fn start_send(
-        &self,
-        address: impl Into<EntityAddress>,
-        messages: Vec<Message>,
-    ) -> Result<SendFuture> {
-        let address = address.into();
-        let (entity, incoming) = self.check_send(&address, &messages)?;
-        let description = entity.description();
-        let reservation = Reservation::take(&entity, incoming)?;
-
-        // One call is one atomic write to one partition. On a partitioned entity every message
-        // that names a partition key (SessionId or PartitionKey) must name the same one, as in a
-        // Service Bus transaction; messages without one travel with them. A batch without an
-        // explicit key is routed like Service Bus routes a batch envelope: by the first
-        // message's MessageId when duplicate detection is on, else to the next partition in turn.
-        let partition = if description.enable_partitioning {
-            let mut batch_key: Option<&str> = None;
-            for message in &messages {
-                let Some(key) = router::partition_key(&message.properties, false)? else {
-                    continue;
-                };
-                match batch_key {
-                    Some(first) if first != key => {
-                        return Err(BrokerError::InvalidOperation(format!(
-                            "the messages of one batch sent to partitioned entity {} must share \
-                             one partition key; found {first:?} and {key:?}",
-                            entity.path
-                        )))
-                    }
-                    _ => batch_key = Some(key),
-                }
-            }
-            let key = match (batch_key, messages.first()) {
-                (Some(key), _) => Some(key),
-                (None, Some(first)) => router::partition_key(
-                    &first.properties,
-                    description.requires_duplicate_detection,
-                )?,
-                (None, None) => None,
-            };
-            key.map(|key| router::partition_for_key(key, description.partitions()))
-        } else {
-            Some(PartitionId(0))
-        };
-        let messages: Vec<Arc<Message>> = messages.into_iter().map(Arc::new).collect();
-        let sent = match partition {
-            Some(partition) => {
-                let handle = entity.partition(partition).expect("router stays within the entity");
-                Box::pin(handle.ask(|reply| Command::Send { messages, reply })) as SendFuture
-            }
-            None => send_round_robin(entity, messages),
-        };
-        Ok(Box::pin(async move {
-            let outcome = sent.await;
-            drop(reservation);
-            outcome
-        }))
-    }
-
-    /// What every send is checked for before it is routed: the entity takes messages (a queue
-    /// or topic, sendable, the main queue), the session rule, each message's size. Returns the
-    /// entity and the bytes the messages add.
-    pub(crate) fn check_send(
-        &self,
-        address: &EntityAddress,
-        messages: &[Message],
-    ) -> Result<(Arc<EntityHandle>, u64)> {
-        let entity = self.entity(&address.entity)?;
-        if !matches!(entity.kind, EntityKind::Queue | EntityKind::Topic) {
-            return Err(BrokerError::InvalidOperation(format!(
-                "messages cannot be sent to {} {}: send to its topic",
-                entity.kind.as_str(),
-                entity.path
-            )));
-        }
-        let description = entity.description();
-        if address.queue != SubQueue::Main {
-            return Err(BrokerError::InvalidOperation(
-                "messages cannot be sent to a dead-letter queue".into(),
-            ));
-        }
-        if !description.status.can_send() {
-            return Err(BrokerError::EntityDisabled {
-                entity: entity.path.to_string(),
-                status: description.status.as_str(),
-            });
-        }
-        if description.requires_session
-            && entity.kind == EntityKind::Queue
-            && messages.iter().any(|m| m.properties.session_id.is_none())
-        {
-            return Err(BrokerError::InvalidOperation(sessions::SESSION_ID_NOT_SET.into()));
-        }
-        let max = description.max_message_size();
-        let mut incoming = 0u64;
-        for m in messages {
-            let size = m.size();
-            if size > max {
-                return Err(BrokerError::MessageSizeExceeded { size, max });
-            }
-            incoming += size as u64;
-        }
-        Ok((entity, incoming))
-    }
-
-    /// Schedules messages for later: each must carry a scheduled enqueue time. Returns their
-    /// sequence numbers (for cancellation); a duplicate is reported as such.
-    pub async fn schedule(
-        &self,
-        address: impl Into<EntityAddress>,
-        messages: Vec<Message>,
-    ) -> Result<Vec<SendOutcome>> {
-        if messages.iter().any(|m| m.properties.scheduled_enqueue_time.is_none()) {
-            return Err(BrokerError::invalid(
-                "ScheduledEnqueueTime",
-                "every scheduled message needs a scheduled enqueue time",
-            ));
-        }
-        self.send(address, messages).await
-    }
-
-    /// Cancels scheduled messages. Numbers that name no scheduled message are ignored.
-    pub async fn cancel_scheduled(
-        &self,
-        address: impl Into<EntityAddress>,
-        sequence_numbers: &[SequenceNumber],
-    ) -> Result<()> {
-        let address = address.into();
-        let entity = self.entity(&address.entity)?;
-        for (partition, seqs) in by_partition(&entity, sequence_numbers) {
-            partition.ask(|reply| Command::Cancel { sequence_numbers: seqs, reply }).await?;
-        }
-        Ok(())
-    }
-
-    // ---- receiving ----
-
-    /// Opens a receiver on a queue or its dead-letter queue.
-    pub async fn open_receiver(
-        &self,
-        address: impl Into<EntityAddress>,
-        mode: ReceiveMode,
-    ) -> Result<Receiver> {
-        let address = address.into();
-        let entity = self.entity(&address.entity)?;
-        self.check_receive(&entity)?;
-        self.check_not_forwarded(&entity, address.queue)?;
-        if address.queue == SubQueue::Main && entity.description().requires_session {
-            return Err(BrokerError::InvalidOperation(sessions::SESSION_REQUIRED.into()));
-        }
-        let id = self.inner.next_receiver_id.fetch_add(1, Ordering::Relaxed);
-        // Receivers on partitions of a queue or a subscription.
-        Ok(Receiver::attach(entity, id, mode, address.queue))
-    }
-
-    fn check_receive(&self, entity: &EntityHandle) -> Result<()> {
         match entity.kind {
-            EntityKind::Queue | EntityKind::Subscription => {}
-            EntityKind::Topic => {
-                return Err(BrokerError::InvalidOperation(format!(
-                    "topic {} cannot be received from: receive from one of its subscriptions",
-                    entity.path
-                )))
-            }
-            EntityKind::Rule => {
-                return Err(BrokerError::EntityNotFound { entity: entity.path.to_string() })
+            EntityKind::Queue => self.delete_queue_entity(entity).await,
+            EntityKind::Topic | EntityKind::Subscription | EntityKind::Rule => {
+                self.delete_topic_entity(entity).await
             }
         }
-        let status = entity.description().status;
-        if status.can_receive() {
-            Ok(())
-        } else {
-            Err(BrokerError::EntityDisabled {
-                entity: entity.path.to_string(),
-                status: status.as_str(),
-            })
-        }
     }
-
-    /// Settles a locked message.
-    pub async fn settle(
-        &self,
-        address: impl Into<EntityAddress>,
-        token: LockToken,
-        disposition: Disposition,
-    ) -> Result<()> {
-        let mut outcomes = self.start_settle_many(address, vec![(token, disposition)]).await;
-        outcomes.pop().unwrap_or(Err(BrokerError::MessageLockLost))
-    }
-
-    /// Settles several locked messages of one entity: one request per partition they are
-    /// locked on, queued before this returns (like [`Broker::start_send`]); the future yields
-    /// one outcome per item, in the order given.
-    pub fn start_settle_many(
-        &self,
-        address: impl Into<EntityAddress>,
-        items: Vec<(LockToken, Disposition)>,
-    ) -> impl Future<Output = Vec<Result<()>>> + Send + 'static {
-        let address = address.into();
-        let count = items.len();
-        let mut outcomes: Vec<Result<()>> = Vec::with_capacity(count);
-        // Per partition: the items' places in `items`, and the request's answer.
-        let mut asked = Vec::new();
-        match self.entity(&address.entity) {
-            Err(error) => outcomes.extend(std::iter::repeat_n(Err(error), count)),
-            Ok(entity) => {
-                outcomes.extend(std::iter::repeat_n(Err(BrokerError::MessageLockLost), count));
-                let mut groups: Vec<SettleGroup> = Vec::new();
-                for (place, (token, disposition)) in items.into_iter().enumerate() {
-                    let partition = token.partition();
-                    match groups.iter_mut().find(|group| group.0 == partition) {
-                        Some(group) => {
-                            group.1.push(place);
-                            group.2.push((token, disposition));
-                        }
-                        None => groups.push((partition, vec![place], vec![(token, disposition)])),
-                    }
-                }
-                let queue = address.queue;
-                for (partition, places, items) in groups {
-                    // A token naming a partition the entity does not have stays "lock lost".
-                    if let Some(handle) = entity.partition(partition) {
-                        let answer =
-                            handle.ask(move |reply| Command::Settle { queue, items, reply });
-                        asked.push((places, answer));
-                    }
-                }
-            }
-        }
-        async move {
-            for (places, answer) in asked {
-                match answer.await {
-                    Ok(answers) => {
-                        for (place, outcome) in places.into_iter().zip(answers) {
-                            outcomes[place] = outcome;
-                        }
-                    }
-                    Err(error) => {
-                        for place in places {
-                            outcomes[place] = Err(error.clone());
-                        }
-                    }
-                }
-            }
-            outcomes
-        }
-    }
-
-    /// Completes a locked message.
-    pub async fn complete(
-        &self,
-        address: impl Into<EntityAddress>,
-        token: LockToken,
-    ) -> Result<()> {
-        self.settle(address, token, Disposition::Complete).await
-    }
-
-    /// Extends a message's lock by the entity's lock duration from now. Returns the new expiry.
-    pub async fn renew_lock(
-        &self,
-        address: impl Into<EntityAddress>,
-        token: LockToken,
-    ) -> Result<Timestamp> {
-        let address = address.into();
-        let entity = self.entity(&address.entity)?;
-        let partition = entity.partition(token.partition()).ok_or(BrokerError::MessageLockLost)?;
-        let queue = address.queue;
-        partition.ask(|reply| Command::RenewLock { queue, token, reply }).await
-    }
-
-    /// Receives deferred messages by sequence number, in the order asked. Fails with
-    /// [`BrokerError::MessageNotFound`] if one is not deferred (or is locked).
-    pub async fn receive_deferred(
-        &self,
-        address: impl Into<EntityAddress>,
-        sequence_numbers: &[SequenceNumber],
-        mode: ReceiveMode,
-    ) -> Result<Vec<ReceivedMessage>> {
-        let address = address.into();
-        let entity = self.entity(&address.entity)?;
-        self.check_receive(&entity)?;
-        self.check_not_forwarded(&entity, address.queue)?;
-        let partitioned = entity.partitioned();
-        if let Some(&seq) =
-            sequence_numbers.iter().find(|s| entity.partition(s.partition(partitioned)).is_none())
-        {
-            return Err(BrokerError::MessageNotFound(seq));
-        }
-        let mut received = Vec::with_capacity(sequence_numbers.len());
-        for (partition, seqs) in by_partition(&entity, sequence_numbers) {
-            let queue = address.queue;
-            received.extend(
-                partition
-                    .ask(|reply| Command::ReceiveDeferred {
-                        queue,
-                        sequence_numbers: seqs,
-                        mode,
-                        reply,
-                    })
-                    .await?,
-            );
-        }
-        let order: HashMap<SequenceNumber, usize> =
-            sequence_numbers.iter().enumerate().map(|(i, s)| (*s, i)).collect();
-        received.sort_by_key(|m| order[&m.broker.sequence_number]);
-        Ok(received)
-    }
-
-    /// Up to `max` messages from sequence number `from` on, without locking them. On a
-    /// partitioned entity the answer comes from one partition: the one `from` names, or the
-    /// next one that has messages; asking again from the last number plus one enumerates every
-    /// message exactly once.
-    pub async fn peek(
-        &self,
-        address: impl Into<EntityAddress>,
-        from: SequenceNumber,
-        max: usize,
-    ) -> Result<Vec<ReceivedMessage>> {
-        let address = address.into();
-        let entity = self.entity(&address.entity)?;
-        self.check_not_forwarded(&entity, address.queue)?;
-        let partitioned = entity.partitioned();
-        let mut partition = from.partition(partitioned);
-        let mut start = from;
-        while let Some(handle) = entity.partition(partition) {
-            let queue = address.queue;
-            let found =
-                handle.ask(|reply| Command::Peek { queue, from: start, max, reply }).await?;
-            if !found.is_empty() || !partitioned {
-                return Ok(found);
-            }
-            partition = PartitionId(partition.0 + 1);
-            start = SequenceNumber::new(true, partition, 0);
-        }
-        Ok(Vec::new())
-    }
-}
-
-/// Bytes a started send counts against its entity's size until it is answered (or dropped).
-struct Reservation {
-    entity: Arc<EntityHandle>,
-    bytes: u64,
-}
-
-impl Reservation {
-    /// Reserves `incoming` bytes of `entity`'s size, or refuses them with QuotaExceeded: what
-    /// is stored, plus what earlier sends have queued and not yet stored (a transport pipelines
-    /// a link's sends), must leave room. The bytes stay reserved until the reservation drops.
-    fn take(entity: &Arc<EntityHandle>, incoming: u64) -> Result<Reservation> {
-        let stored: u64 = entity.partitions.iter().map(|p| p.shared.size_bytes()).sum();
-        let limit = entity.description().max_size_in_megabytes.saturating_mul(1024 * 1024);
-        let pending = entity.pending_bytes.fetch_add(incoming, Ordering::AcqRel);
-        let reservation = Reservation { entity: entity.clone(), bytes: incoming };
-        if stored + pending + incoming > limit {
-            let used = stored + pending;
-            return Err(BrokerError::QuotaExceeded(format!(
-                "{} is full: {used} of {limit} bytes used",
-                entity.path
-            )));
-        }
-        Ok(reservation)
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        self.entity.pending_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
-    }
-}
-
-/// Stores keyless messages in the next partition in turn, skipping unavailable ones: those
-/// known to be unavailable last, and those that turn out to be so on the way. The first
-/// attempt is queued before this returns.
-fn send_round_robin(entity: Arc<EntityHandle>, messages: Vec<Arc<Message>>) -> SendFuture {
-    let order: Vec<PartitionId> =
-        entity.round_robin.order(entity.partitions.len() as u16).collect();
-    let (up, down): (Vec<_>, Vec<_>) = order
-        .into_iter()
-        .partition(|p| entity.partition(*p).is_some_and(|h| h.shared.is_available()));
-    let mut order = up.into_iter().chain(down);
-    let first = order.next().expect("an entity has at least one partition");
-    let first_try = entity
-        .partition(first)
-        .expect("order stays within the entity")
-        .ask(|reply| Command::Send { messages: messages.clone(), reply });
-    Box::pin(async move {
-        let mut outcome = first_try.await;
-        for partition in order {
-            if !matches!(outcome, Err(BrokerError::PartitionUnavailable { .. })) {
-                break;
-            }
-            let handle = entity.partition(partition).expect("order stays within the entity");
-            outcome = handle.ask(|reply| Command::Send { messages: messages.clone(), reply }).await;
-        }
-        outcome
-    })
 }
 
 fn entity_info(record: &EntityRecord) -> EntityInfo {
@@ -1176,6 +586,25 @@ fn entity_info(record: &EntityRecord) -> EntityInfo {
         description: record.description.clone(),
         created_at: record.created_at,
         updated_at: record.updated_at,
+    }
+}
+
+/// Whether an entity of this kind is reached through partitions and keeps records under its
+/// entity id (a subscription's are lanes of its topic's partitions); a rule is only its record
+/// in the namespace.
+fn has_partitions(kind: EntityKind) -> bool {
+    match kind {
+        EntityKind::Queue | EntityKind::Topic | EntityKind::Subscription => true,
+        EntityKind::Rule => false,
+    }
+}
+
+/// Whether messages can be sent to an entity of this kind: a queue or a topic (a
+/// subscription takes its topic's messages, a rule none).
+fn takes_sends(kind: EntityKind) -> bool {
+    match kind {
+        EntityKind::Queue | EntityKind::Topic => true,
+        EntityKind::Subscription | EntityKind::Rule => false,
     }
 }
 
@@ -1197,10 +626,6 @@ fn by_partition<'a>(
 }
 
 /// Asks every partition of an entity at once; answers in partition order.
-/// Settlements bound for one partition: the partition, the items' places in the caller's
-/// list, and the items.
-type SettleGroup = (PartitionId, Vec<usize>, Vec<(LockToken, Disposition)>);
-
 pub(crate) async fn ask_all<T>(
     entity: &EntityHandle,
     make: impl Fn(oneshot::Sender<Result<T>>) -> Command,

@@ -8,7 +8,7 @@
 pub(crate) mod topic;
 
 pub use topic::{
-    CorrelationFilterDescription, RuleAction, RuleDescription, RuleFilter, SubscriptionDescription,
+    CorrelationFilter, RuleAction, RuleDescription, RuleFilter, SubscriptionDescription,
     TopicDescription, DEFAULT_RULE_NAME, MAX_ACTION_STATEMENTS, MAX_CORRELATION_FILTERS_PER_TOPIC,
     MAX_EXPRESSION_LEN, MAX_SQL_FILTERS_PER_TOPIC, MAX_SUBSCRIPTIONS_PER_TOPIC,
     MAX_SUBSCRIPTION_OR_RULE_NAME_LEN,

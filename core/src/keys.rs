@@ -123,6 +123,7 @@ pub fn body(id: EntityId, partition: PartitionId, seq: SequenceNumber) -> Bytes 
 }
 
 /// The prefix of every body record of a partition.
+#[cfg(feature = "testing")]
 pub fn body_prefix(id: EntityId, partition: PartitionId) -> Bytes {
     partition_key(id, partition, BODY, 0).freeze()
 }

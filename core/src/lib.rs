@@ -71,13 +71,17 @@ pub mod address;
 pub mod auth;
 pub mod broker;
 pub mod clock;
-pub mod codec;
+pub(crate) mod codec;
 pub mod dedup;
 pub mod description;
 pub mod entity;
 pub mod error;
 pub mod filter;
-pub mod keys;
+#[cfg_attr(
+    not(feature = "testing"),
+    allow(unreachable_pub, reason = "public to tests through testing::keys")
+)]
+pub(crate) mod keys;
 pub mod message;
 pub mod metrics;
 mod partition;
@@ -104,7 +108,7 @@ pub use broker::{
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use description::{
-    CorrelationFilterDescription, EntityStatus, NamespaceLimits, QueueDescription, RuleAction,
+    CorrelationFilter, EntityStatus, NamespaceLimits, QueueDescription, RuleAction,
     RuleDescription, RuleFilter, SubscriptionDescription, Tier, TopicDescription,
 };
 pub use entity::{EntityDescription, EntityInfo, EntityKind};

@@ -92,7 +92,7 @@ pub(crate) use self::state::NOT_SESSIONFUL;
 use self::sub_queues::SubQueues;
 use self::topic::TopicPart;
 pub(crate) use self::transaction::Work;
-pub use self::transfer::TransferId;
+pub(crate) use self::transfer::TransferId;
 use crate::clock::Clock;
 use crate::description::QueueDescription;
 use crate::error::{BrokerError, Result, SessionError};
@@ -120,7 +120,7 @@ pub enum SendOutcome {
 
 /// Counts of one partition, summed by the broker over an entity.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PartitionCounts {
+pub(crate) struct PartitionCounts {
     pub active: u64,
     pub deferred: u64,
     pub scheduled: u64,

@@ -16,8 +16,7 @@ use std::sync::Arc;
 use crate::description::{RuleDescription, RuleFilter};
 use crate::error::{BrokerError, Result};
 use crate::filter::{
-    CorrelationFilter, EvalContext, Filter, ParameterValue, Parameters, PublishInfo, SqlFilter,
-    SqlRuleAction,
+    EvalContext, Filter, ParameterValue, Parameters, PublishInfo, SqlFilter, SqlRuleAction,
 };
 use crate::message::{Message, PropertyValue};
 
@@ -121,17 +120,7 @@ pub(crate) fn compile_rule(name: &str, rule: &RuleDescription) -> Result<Compile
             SqlFilter::parse(expression, &parameters_of(parameters))
                 .map_err(|e| BrokerError::invalid("SqlExpression", e.to_string()))?,
         ),
-        RuleFilter::Correlation(c) => Filter::Correlation(CorrelationFilter {
-            correlation_id: c.correlation_id.clone(),
-            message_id: c.message_id.clone(),
-            to: c.to.clone(),
-            reply_to: c.reply_to.clone(),
-            subject: c.subject.clone(),
-            session_id: c.session_id.clone(),
-            reply_to_session_id: c.reply_to_session_id.clone(),
-            content_type: c.content_type.clone(),
-            properties: c.properties.iter().cloned().collect(),
-        }),
+        RuleFilter::Correlation(c) => Filter::Correlation(c.clone()),
     };
     let action = match &rule.action {
         None => None,
@@ -150,7 +139,7 @@ fn parameters_of(parameters: &[(String, PropertyValue)]) -> Parameters {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::description::{CorrelationFilterDescription, RuleAction};
+    use crate::description::{CorrelationFilter, RuleAction};
     use crate::types::{SequenceNumber, Timestamp};
 
     fn sql(expression: &str) -> RuleFilter {
@@ -237,7 +226,7 @@ mod tests {
 
     #[test]
     fn correlation_filters_match_named_fields_and_properties() {
-        let filter = RuleFilter::Correlation(CorrelationFilterDescription {
+        let filter = RuleFilter::Correlation(CorrelationFilter {
             subject: Some("x".into()),
             properties: vec![("color".into(), PropertyValue::String("red".into()))],
             ..Default::default()

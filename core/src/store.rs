@@ -16,6 +16,7 @@
 //! (feature `testing`).
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -103,8 +104,10 @@ pub enum StoreHealth {
     Unavailable,
 }
 
-/// What went wrong, as something a caller can branch on.
+/// What went wrong, as something a caller can branch on. New kinds may be added: a match on it
+/// needs a catch-all arm (treat an unknown kind as not retriable).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreErrorKind {
     /// The store (or the part of it holding the key) cannot serve now. Retriable.
     Unavailable,
@@ -116,17 +119,36 @@ pub enum StoreErrorKind {
     Other,
 }
 
-/// A store failure: a kind to branch on and a message for people.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// A store failure: a kind to branch on, a message for people, and the engine's own error
+/// when there is one (`std::error::Error::source`).
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("store {kind}: {message}")]
 pub struct StoreError {
     pub kind: StoreErrorKind,
     pub message: String,
+    /// What the store's engine reported, when the failure came from it.
+    #[source]
+    pub source: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
+
+/// Two store errors are equal when their kind and message are: the engine's error is context.
+impl PartialEq for StoreError {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.message == other.message
+    }
+}
+
+impl Eq for StoreError {}
 
 impl StoreError {
     pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into() }
+        Self { kind, message: message.into(), source: None }
+    }
+
+    /// The same error, caused by `source`.
+    pub fn caused_by(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(source));
+        self
     }
 
     pub fn unavailable(message: impl Into<String>) -> Self {

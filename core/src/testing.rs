@@ -6,6 +6,8 @@
 //! - [`FaultyStore`]: wraps a store and injects outages (whole store, one key prefix, the next
 //!   few writes), for testing how the core copes with a failing store.
 //! - [`TempDir`]: a unique scratch directory for stores that live on disk.
+//! - [`keys`]: the store's key layout, for tests that reach one partition's records (the
+//!   layout is the core's own business: only tests see it).
 
 pub mod conformance;
 mod faulty;
@@ -13,6 +15,12 @@ mod temp_dir;
 
 pub use faulty::FaultyStore;
 pub use temp_dir::TempDir;
+
+/// The store's key layout (`crate::keys`, private to the core), for tests that reach one
+/// partition's records.
+pub mod keys {
+    pub use crate::keys::*;
+}
 
 /// Expands to a module `$suite` with one `#[tokio::test]` per conformance case, named after the
 /// case (see [`testing::conformance`](crate::testing::conformance)).

@@ -12,9 +12,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ironbus_core::keys;
 use ironbus_core::message::dead_letter_reason;
 use ironbus_core::router::partition_for_key;
+use ironbus_core::testing::keys;
 use ironbus_core::testing::FaultyStore;
 use ironbus_core::*;
 use ironbus_store_memory::MemoryStore;

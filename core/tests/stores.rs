@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use ironbus_core::keys::{self, EntityId};
+use ironbus_core::testing::keys::{self, EntityId};
 use ironbus_core::testing::FaultyStore;
 use ironbus_core::{
     Availability, Broker, BrokerOptions, Disposition, ManualClock, Message, PartitionId,

@@ -617,7 +617,7 @@ async fn the_topic_runtime_counts_its_subscriptions_rules_by_filter_kind() {
     // Two $Default rules (true filters count as SQL), one SQL rule, two correlation rules.
     add_rule(&f, "t/Subscriptions/a/Rules/sql", sql("1=1"), None).await;
     let correlation = || {
-        RuleFilter::Correlation(CorrelationFilterDescription {
+        RuleFilter::Correlation(CorrelationFilter {
             correlation_id: Some("abc".into()),
             ..Default::default()
         })

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use ironbus_core::auth::{AuthorizationRule, Authorizer, Rights, SasPolicy};
 use ironbus_core::{
-    Broker, BrokerError, CorrelationFilterDescription, EntityDescription, EntityPath, EntityStatus,
+    Broker, BrokerError, CorrelationFilter, EntityDescription, EntityPath, EntityStatus,
     PropertyValue, QueueDescription, RuleAction, RuleDescription, RuleFilter,
     SubscriptionDescription, TopicDescription,
 };
@@ -270,7 +270,7 @@ fn rule_description(props: Option<&Map<String, Value>>) -> Result<RuleDescriptio
 }
 
 fn correlation_filter(c: &Map<String, Value>) -> Result<RuleFilter> {
-    let mut f = CorrelationFilterDescription::default();
+    let mut f = CorrelationFilter::default();
     for (key, value) in c {
         let p = Prop { key, value };
         let text = || p.target();

@@ -19,7 +19,7 @@ pub(crate) fn store_error(context: &str, e: rocksdb::Error) -> StoreError {
         ErrorKind::InvalidArgument => StoreErrorKind::InvalidInput,
         _ => StoreErrorKind::Other,
     };
-    StoreError::new(kind, format!("{context}: {}", e.into_string()))
+    StoreError::new(kind, format!("{context}: {e}")).caused_by(e)
 }
 
 #[cfg(test)]
@@ -37,5 +37,7 @@ mod tests {
         assert_eq!(err.kind, StoreErrorKind::Unavailable);
         assert!(err.is_retriable());
         assert!(err.message.starts_with("open: "), "{err}");
+        let source = std::error::Error::source(&err).expect("RocksDB's error is the source");
+        assert!(source.is::<rocksdb::Error>(), "{source}");
     }
 }

@@ -331,15 +331,15 @@ pub(crate) struct Field<'a> {
 }
 
 impl<'a> Field<'a> {
-    pub fn of(node: roxmltree::Node<'a, '_>) -> Self {
+    pub(crate) fn of(node: roxmltree::Node<'a, '_>) -> Self {
         Field { name: node.tag_name().name(), value: node.text().unwrap_or("").trim() }
     }
 
-    pub fn error(&self, e: &str) -> HttpError {
+    pub(crate) fn error(&self, e: &str) -> HttpError {
         HttpError::bad_request(format!("invalid {} {:?}: {e}", self.name, self.value))
     }
 
-    pub fn boolean(&self) -> Result<bool, HttpError> {
+    pub(crate) fn boolean(&self) -> Result<bool, HttpError> {
         match self.value.to_ascii_lowercase().as_str() {
             "true" => Ok(true),
             "false" => Ok(false),
@@ -347,16 +347,16 @@ impl<'a> Field<'a> {
         }
     }
 
-    pub fn duration(&self) -> Result<std::time::Duration, HttpError> {
+    pub(crate) fn duration(&self) -> Result<std::time::Duration, HttpError> {
         crate::timefmt::parse_xml_duration(self.value)
             .ok_or_else(|| self.error("expected an ISO 8601 duration"))
     }
 
-    pub fn number<T: std::str::FromStr>(&self) -> Result<T, HttpError> {
+    pub(crate) fn number<T: std::str::FromStr>(&self) -> Result<T, HttpError> {
         number(self.value).map_err(|e| self.error(e))
     }
 
-    pub fn status(&self) -> Result<ironbus_core::EntityStatus, HttpError> {
+    pub(crate) fn status(&self) -> Result<ironbus_core::EntityStatus, HttpError> {
         use ironbus_core::EntityStatus;
         Ok(match self.value {
             "Active" => EntityStatus::Active,
@@ -370,7 +370,7 @@ impl<'a> Field<'a> {
     }
 
     /// Optional text: empty is none.
-    pub fn text(&self) -> Option<String> {
+    pub(crate) fn text(&self) -> Option<String> {
         (!self.value.is_empty()).then(|| self.value.to_owned())
     }
 }

@@ -43,14 +43,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use serde::Serialize;
-use tokio::{sync::watch, task::JoinSet, time::sleep};
+use tokio::{
+    sync::watch,
+    task::JoinSet,
+    time::{sleep, timeout},
+};
 
 use crate::{
     consumer::Consumer,
-    endpoint::Endpoint,
+    endpoint::{Endpoint, Link},
     ledger::{Ledger, Summary},
     producer::Producer,
     worker::Worker,
@@ -156,6 +160,12 @@ fn parse_size(text: &str) -> Result<usize, String> {
     }
 }
 
+/// How long connecting, attaching or a consumer's request (a completion; a worker's post,
+/// accept or discharge) may take before the connection is considered dead.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long one wait for a delivery lasts before the phase is looked at again.
+pub(crate) const POLL: Duration = Duration::from_millis(250);
+
 /// Where the run is; every task watches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -190,6 +200,14 @@ impl Shared {
     /// The ledger (a poisoned lock is taken over: the ledger's updates are single statements).
     pub(crate) fn ledger(&self) -> MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Opens connection `name` (putting a `$cbs` token for `address` if asked to), within
+    /// `REQUEST_TIMEOUT`.
+    pub(crate) async fn connect(&self, name: &str, address: &str) -> Result<Link> {
+        timeout(REQUEST_TIMEOUT, self.endpoint.connect(name, address))
+            .await
+            .context("connecting timed out")?
     }
 
     pub(crate) fn touch(&self) {
@@ -231,16 +249,17 @@ impl Shared {
 /// A consumer of the run (a plain one, or a transactional worker): it works one connection at
 /// a time.
 pub(crate) trait Connected {
-    /// The name of its `connection`-th connection.
-    fn name(&self, connection: u64) -> String;
-
     /// One connection's life. `Ok` when the run is done; `Err` on any failure.
     async fn connected(&self, shared: &Shared, name: &str, backoff: &mut Backoff) -> Result<()>;
 }
 
 /// Runs `consumer` until the run is done (or aborted), reconnecting with backoff after each
-/// failure.
-pub(crate) async fn reconnecting<C: Connected>(consumer: C, shared: Arc<Shared>) -> Result<()> {
+/// failure; its connections are named `<prefix>-<n>`, n = 1, 2, ...
+pub(crate) async fn reconnecting<C: Connected>(
+    consumer: C,
+    prefix: String,
+    shared: Arc<Shared>,
+) -> Result<()> {
     let mut phase = shared.phase.subscribe();
     let mut backoff = Backoff::default();
     let mut connection = 0u64;
@@ -251,7 +270,7 @@ pub(crate) async fn reconnecting<C: Connected>(consumer: C, shared: Arc<Shared>)
             _ => {}
         }
         connection += 1;
-        let name = consumer.name(connection);
+        let name = format!("{prefix}-{connection}");
         match consumer.connected(&shared, &name, &mut backoff).await {
             Ok(()) => return Ok(()),
             Err(err) => {
@@ -268,6 +287,21 @@ pub(crate) async fn closed(connection: &fe2o3_amqp::connection::ConnectionHandle
     while !connection.is_closed() {
         sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Whether a consumer's loop goes on: not once the run is done (or aborted); an error once its
+/// `connection` has closed.
+pub(crate) fn still_consuming(
+    phase: &mut watch::Receiver<Phase>,
+    connection: &fe2o3_amqp::connection::ConnectionHandle<()>,
+) -> Result<bool> {
+    if matches!(*phase.borrow_and_update(), Phase::Done | Phase::Aborted) {
+        return Ok(false);
+    }
+    if connection.is_closed() {
+        bail!("the connection closed");
+    }
+    Ok(true)
 }
 
 /// An attached consumer; dropping it (the connection ended) uncounts it.
@@ -406,12 +440,12 @@ async fn execute(shared: &Arc<Shared>) -> Result<()> {
     );
     let mut consumers = JoinSet::new();
     for index in 0..options.consumers {
-        consumers.spawn(reconnecting(Consumer::new(index), Arc::clone(shared)));
+        consumers.spawn(reconnecting(Consumer, format!("crash-c{index}"), Arc::clone(shared)));
     }
     if options.transfer_to.is_some() {
         // Workers count as consumers for the drain: the quiet period needs them attached.
         for index in 0..options.workers {
-            consumers.spawn(reconnecting(Worker::new(index), Arc::clone(shared)));
+            consumers.spawn(reconnecting(Worker, format!("crash-w{index}"), Arc::clone(shared)));
         }
     }
     let mut producers = JoinSet::new();

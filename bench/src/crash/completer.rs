@@ -66,13 +66,14 @@ impl Completer {
         Ok(Completer { name: name.to_owned(), sender, receiver, reply_to, next_request: 0 })
     }
 
-    /// Completes the messages locked by `lock_tokens` (delivery tags, 16 bytes each) and waits
-    /// for the answer. An `Err` means the answer never came (the connection failed).
+    /// Completes the messages locked by `lock_tokens` (UUIDs, 16 bytes each: what ironbus'
+    /// `codec::delivery_tag_to_lock_token` reads from a delivery tag) and waits for the answer.
+    /// An `Err` means the answer never came (the connection failed).
     pub(crate) async fn complete(&mut self, lock_tokens: &[[u8; 16]]) -> Result<Answer> {
         self.next_request += 1;
         let request_id = format!("{}-{}", self.name, self.next_request);
         let tokens: Vec<Value> =
-            lock_tokens.iter().map(|tag| Value::Uuid(Uuid::from(lock_token(tag)))).collect();
+            lock_tokens.iter().map(|token| Value::Uuid(Uuid::from(*token))).collect();
         let mut body = OrderedMap::new();
         body.insert(Value::from("disposition-status"), Value::from("completed"));
         body.insert(Value::from("lock-tokens"), Value::Array(Array(tokens)));
@@ -118,27 +119,5 @@ impl Completer {
             };
             return Ok(Answer::Refused { status, description });
         }
-    }
-}
-
-/// The lock token a delivery tag carries: ironbus (like Service Bus) puts the token's .NET GUID
-/// byte order in the tag — the first three fields little endian.
-pub(crate) fn lock_token(tag: &[u8; 16]) -> [u8; 16] {
-    let t = tag;
-    [
-        t[3], t[2], t[1], t[0], t[5], t[4], t[7], t[6], t[8], t[9], t[10], t[11], t[12], t[13],
-        t[14], t[15],
-    ]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lock_token_swaps_the_first_three_fields() {
-        let tag = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
-        assert_eq!(lock_token(&tag), [3, 2, 1, 0, 5, 4, 7, 6, 8, 9, 10, 11, 12, 13, 14, 15]);
-        assert_eq!(lock_token(&lock_token(&tag)), tag);
     }
 }

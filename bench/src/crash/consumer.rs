@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use fe2o3_amqp::{
     link::receiver::CreditMode,
+    session::SessionHandle,
     types::{
         definitions::{ReceiverSettleMode, SenderSettleMode},
         messaging::{Body, MessageId},
@@ -18,60 +19,26 @@ use fe2o3_amqp::{
     },
     Receiver,
 };
+use ironbus_transport_amqp::codec::delivery_tag_to_lock_token;
 use tokio::time::timeout;
 
 use crate::{
     completer::{Answer, Completer},
     ledger::Delivery,
-    Phase, Shared,
+    Backoff, Shared, POLL, REQUEST_TIMEOUT,
 };
 
-/// How long attaching or a completion may take before the connection is considered dead.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long one wait for a delivery lasts before the phase is looked at again.
-const POLL: Duration = Duration::from_millis(250);
-
+/// A consumer of the run (its connections' names tell which).
 #[derive(Debug)]
-pub(crate) struct Consumer {
-    index: u32,
-}
-
-impl Consumer {
-    pub(crate) fn new(index: u32) -> Consumer {
-        Consumer { index }
-    }
-}
+pub(crate) struct Consumer;
 
 impl crate::Connected for Consumer {
-    fn name(&self, connection: u64) -> String {
-        format!("crash-c{}-{connection}", self.index)
-    }
-
     /// One connection's life. `Ok` when the run is done; `Err` on any failure.
-    async fn connected(
-        &self,
-        shared: &Shared,
-        name: &str,
-        backoff: &mut crate::Backoff,
-    ) -> Result<()> {
+    async fn connected(&self, shared: &Shared, name: &str, backoff: &mut Backoff) -> Result<()> {
         let options = &shared.options;
         let address = options.receive_address();
-        let mut link = timeout(REQUEST_TIMEOUT, shared.endpoint.connect(name, address))
-            .await
-            .context("connecting timed out")??;
-        let mut receiver = timeout(
-            REQUEST_TIMEOUT,
-            Receiver::builder()
-                .name(format!("{name}-receiver"))
-                .source(address.to_owned())
-                .sender_settle_mode(SenderSettleMode::Unsettled)
-                .receiver_settle_mode(ReceiverSettleMode::First)
-                .credit_mode(CreditMode::Manual)
-                .attach(&mut link.session),
-        )
-        .await
-        .context("attaching timed out")?
-        .with_context(|| format!("attaching a receiver to {address}"))?;
+        let mut link = shared.connect(name, address).await?;
+        let mut receiver = attach_receiver(&mut link.session, name, address).await?;
         let mut completer =
             timeout(REQUEST_TIMEOUT, Completer::attach(&mut link.session, name, address))
                 .await
@@ -84,13 +51,7 @@ impl crate::Connected for Consumer {
         let batch_limit = usize::try_from(options.credit).unwrap_or(usize::MAX);
         let top_up_after = (options.credit / 2).max(1);
         let mut used = 0u32;
-        loop {
-            if matches!(*phase.borrow_and_update(), Phase::Done | Phase::Aborted) {
-                break;
-            }
-            if link.connection.is_closed() {
-                bail!("the connection closed");
-            }
+        while crate::still_consuming(&mut phase, &link.connection)? {
             // The first delivery waits (briefly); the rest of the batch is what already arrived.
             let mut batch = Vec::new();
             let mut wait = POLL;
@@ -126,10 +87,10 @@ impl crate::Connected for Consumer {
                         Delivery::First | Delivery::Redelivery => {}
                     }
                     let tag: &[u8] = delivery.delivery_tag().as_ref();
-                    let token: [u8; 16] = tag.try_into().ok().with_context(|| {
+                    let token = delivery_tag_to_lock_token(tag).with_context(|| {
                         format!("delivery tag of {} bytes is not a lock token", tag.len())
                     })?;
-                    tokens.push(token);
+                    tokens.push(*token.as_bytes());
                     if let Some(id) = id {
                         ledger.completion_requested(&id);
                         ids.push(id);
@@ -176,6 +137,28 @@ impl crate::Connected for Consumer {
         let _ = timeout(Duration::from_secs(5), closing).await;
         Ok(())
     }
+}
+
+/// Attaches a peek-lock receiver with manual credit, `<name>-receiver`, to `source`, within
+/// `REQUEST_TIMEOUT`.
+pub(crate) async fn attach_receiver(
+    session: &mut SessionHandle<()>,
+    name: &str,
+    source: &str,
+) -> Result<Receiver> {
+    timeout(
+        REQUEST_TIMEOUT,
+        Receiver::builder()
+            .name(format!("{name}-receiver"))
+            .source(source.to_owned())
+            .sender_settle_mode(SenderSettleMode::Unsettled)
+            .receiver_settle_mode(ReceiverSettleMode::First)
+            .credit_mode(CreditMode::Manual)
+            .attach(session),
+    )
+    .await
+    .context("attaching timed out")?
+    .with_context(|| format!("attaching a receiver to {source}"))
 }
 
 /// The MessageId as text (`None` if absent).

@@ -82,9 +82,7 @@ impl Producer {
         backoff: &mut crate::Backoff,
     ) -> Result<()> {
         let options = &shared.options;
-        let mut link = timeout(OUTCOME_TIMEOUT, shared.endpoint.connect(name, &options.address))
-            .await
-            .context("connecting timed out")??;
+        let mut link = shared.connect(name, &options.address).await?;
         let mut sender = timeout(
             OUTCOME_TIMEOUT,
             Sender::builder()

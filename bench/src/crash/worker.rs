@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use fe2o3_amqp::{
-    link::receiver::CreditMode,
     transaction::{
         Controller, Transaction, TransactionDischarge, TransactionPosting, TransactionRetirement,
     },
@@ -26,67 +25,36 @@ use fe2o3_amqp::{
         messaging::{Body, Data, Header, Message, Outcome, Properties},
         primitives::{Binary, Symbol, Value},
     },
-    Receiver, Sender,
+    Sender,
 };
 use tokio::time::timeout;
 
-use crate::{consumer::message_id, ledger::Delivery, Phase, Shared};
+use crate::{
+    consumer::{attach_receiver, message_id},
+    ledger::Delivery,
+    Backoff, Shared, POLL, REQUEST_TIMEOUT,
+};
 
-/// How long attaching, a post, an accept or a discharge may take before the connection is
-/// considered dead.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long one wait for a delivery lasts before the phase is looked at again.
-const POLL: Duration = Duration::from_millis(250);
 /// The link property naming a send-via link's final destination.
 const TRANSFER_DESTINATION: &str = "com.microsoft:transfer-destination-address";
 
+/// A transactional worker of the run (its connections' names tell which).
 #[derive(Debug)]
-pub(crate) struct Worker {
-    index: u32,
-}
-
-impl Worker {
-    pub(crate) fn new(index: u32) -> Worker {
-        Worker { index }
-    }
-}
+pub(crate) struct Worker;
 
 impl crate::Connected for Worker {
-    fn name(&self, connection: u64) -> String {
-        format!("crash-w{}-{connection}", self.index)
-    }
-
     /// One connection's life. `Ok` when the run is done; `Err` on any failure.
-    async fn connected(
-        &self,
-        shared: &Shared,
-        name: &str,
-        backoff: &mut crate::Backoff,
-    ) -> Result<()> {
+    async fn connected(&self, shared: &Shared, name: &str, backoff: &mut Backoff) -> Result<()> {
         let options = &shared.options;
         let via = options.address.as_str();
         let destination = options.transfer_to.as_deref().context("no --transfer-to")?;
-        let mut link = timeout(REQUEST_TIMEOUT, shared.endpoint.connect(name, via))
-            .await
-            .context("connecting timed out")??;
+        let mut link = shared.connect(name, via).await?;
         let controller =
             timeout(REQUEST_TIMEOUT, Controller::attach(&mut link.session, format!("{name}-txn")))
                 .await
                 .context("attaching the controller timed out")?
                 .context("attaching the controller")?;
-        let mut receiver = timeout(
-            REQUEST_TIMEOUT,
-            Receiver::builder()
-                .name(format!("{name}-receiver"))
-                .source(via.to_owned())
-                .sender_settle_mode(SenderSettleMode::Unsettled)
-                .receiver_settle_mode(ReceiverSettleMode::First)
-                .credit_mode(CreditMode::Manual)
-                .attach(&mut link.session),
-        )
-        .await
-        .context("attaching timed out")?
-        .with_context(|| format!("attaching a receiver to {via}"))?;
+        let mut receiver = attach_receiver(&mut link.session, name, via).await?;
         let mut properties = Fields::new();
         properties.insert(Symbol::from(TRANSFER_DESTINATION), Value::String(destination.into()));
         let mut sender = timeout(
@@ -107,13 +75,7 @@ impl crate::Connected for Worker {
         backoff.reset();
 
         let mut phase = shared.phase.subscribe();
-        loop {
-            if matches!(*phase.borrow_and_update(), Phase::Done | Phase::Aborted) {
-                break;
-            }
-            if link.connection.is_closed() {
-                bail!("the connection closed");
-            }
+        while crate::still_consuming(&mut phase, &link.connection)? {
             let delivery = match timeout(POLL, receiver.recv::<Body<Value>>()).await {
                 Err(_elapsed) => continue,
                 Ok(delivery) => delivery.context("receiving")?,

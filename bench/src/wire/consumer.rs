@@ -1,6 +1,6 @@
 //! A consumer on the lean client: one receiver link with credit granted in flows.
 
-use std::{sync::Arc, time::Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use bytes::{Bytes, BytesMut};
@@ -14,7 +14,7 @@ use ironbus_transport_amqp::frame;
 use tokio::sync::watch;
 
 use super::{first_data, Link, Wire, CHANNEL, HANDLE, SESSION_WINDOW};
-use crate::{cli::Mode, consumer::ConsumerReport, payload, Phase, Run};
+use crate::{consumer::ConsumerReport, payload, Consuming, Participant, Phase, Run};
 
 /// A consumer, connected and attached with its credit granted, that has not received yet.
 #[derive(Debug)]
@@ -53,11 +53,13 @@ enum Accept {
     TimedOut,
 }
 
-impl Consumer {
+impl Participant for Consumer {
+    type Kind = Consuming;
+
     /// Connects consumer number `index` of the run, attaches its receiver to the address and
     /// grants the credit.
-    pub(crate) async fn attach(run: &Run, index: u32) -> Result<Consumer> {
-        let name = format!("ironbus-bench-{:016x}-c{index}", run.id);
+    async fn attach(run: &Run, index: u32) -> Result<Consumer> {
+        let name = run.link_name('c', index);
         let address = run.options.receive_address(index);
         let mut wire = Wire::open(&run.endpoint, &name).await?;
         if run.options.sessions > 0 {
@@ -73,14 +75,10 @@ impl Consumer {
                 refused: 0,
             });
         }
-        let snd_settle_mode = match run.options.mode {
-            Mode::PeekLock => SenderSettleMode::Unsettled,
-            Mode::ReceiveAndDelete => SenderSettleMode::Settled,
-        };
         let link = Link {
             name: format!("{name}-receiver"),
             role: Role::Receiver,
-            snd_settle_mode,
+            snd_settle_mode: run.options.mode.sender_settle_mode(),
             source: address.to_owned(),
             target: name.clone(),
         };
@@ -104,24 +102,30 @@ impl Consumer {
         Ok(consumer)
     }
 
-    /// Receives (and in peek-lock mode accepts) until the run has received every message or is
-    /// aborted; then closes.
-    pub(crate) async fn run(
-        mut self,
-        run: Arc<Run>,
-        mut phase: watch::Sender<Phase>,
-    ) -> Result<ConsumerReport> {
-        let mut report = ConsumerReport::default();
-        let outcome = match self.session_source.clone() {
-            Some(source) => self.receive_sessions(&run, &source, &mut phase, &mut report).await,
-            None => self.receive_all(&run, &mut phase, &mut report).await,
-        };
-        let name = self.wire.name.clone();
-        self.wire.close().await;
-        outcome.with_context(|| name)?;
-        Ok(report)
+    fn name(&self) -> &str {
+        &self.wire.name
     }
 
+    /// Receives (and in peek-lock mode accepts) until the run has received every message or is
+    /// aborted.
+    async fn work(
+        &mut self,
+        run: &Run,
+        phase: &mut watch::Sender<Phase>,
+        report: &mut ConsumerReport,
+    ) -> Result<()> {
+        match self.session_source.clone() {
+            Some(source) => self.receive_sessions(run, &source, phase, report).await,
+            None => self.receive_all(run, phase, report).await,
+        }
+    }
+
+    async fn close(self) {
+        self.wire.close().await;
+    }
+}
+
+impl Consumer {
     async fn receive_all(
         &mut self,
         run: &Run,
@@ -129,7 +133,7 @@ impl Consumer {
         report: &mut ConsumerReport,
     ) -> Result<()> {
         let credit = run.options.credit;
-        let top_up_after = (credit / 2).max(1);
+        let top_up_after = run.options.top_up_after();
         let batch = run.options.accept_batch as usize;
         let mut watcher = phase.subscribe();
         loop {

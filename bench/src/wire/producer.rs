@@ -1,10 +1,6 @@
 //! A producer on the lean client: one sender link, up to `window` unsettled sends in flight.
 
-use std::{
-    collections::VecDeque,
-    sync::{atomic::Ordering, Arc},
-    time::Instant,
-};
+use std::{collections::VecDeque, sync::atomic::Ordering, time::Instant};
 
 use anyhow::{bail, Context, Result};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -17,7 +13,11 @@ use ironbus_transport_amqp::frame;
 use tokio::sync::watch;
 
 use super::{Link, Wire, CHANNEL, HANDLE};
-use crate::{payload, producer::ProducerReport, Phase, Run};
+use crate::{
+    payload,
+    producer::{aborted, ProducerReport},
+    Participant, Phase, Producing, Run,
+};
 
 /// The header section of a durable message: `header` with `durable = true`.
 const DURABLE_HEADER: [u8; 7] = [0x00, 0x53, 0x70, 0xc0, 0x02, 0x01, 0x41];
@@ -39,10 +39,12 @@ pub(crate) struct Producer {
     credit_limit: u32,
 }
 
-impl Producer {
+impl Participant for Producer {
+    type Kind = Producing;
+
     /// Connects producer number `index` of the run and attaches its sender to the address.
-    pub(crate) async fn attach(run: &Run, index: u32, count: u64) -> Result<Producer> {
-        let name = format!("ironbus-bench-{:016x}-p{index}", run.id);
+    async fn attach(run: &Run, index: u32) -> Result<Producer> {
+        let name = run.link_name('p', index);
         let mut wire = Wire::open(&run.endpoint, &name).await?;
         let link = Link {
             name: format!("{name}-sender"),
@@ -54,27 +56,22 @@ impl Producer {
         wire.attach(link)
             .await
             .with_context(|| format!("{name}: attaching a sender to {}", run.options.address))?;
+        let count = run.options.share(index);
         Ok(Producer { wire, index, count, delivery_count: 0, credit_limit: 0 })
     }
 
-    /// Sends this producer's share, keeping at most `window` sends unsettled, until all are
-    /// acknowledged or the run is aborted; then closes.
-    pub(crate) async fn run(
-        mut self,
-        run: Arc<Run>,
-        mut phase: watch::Receiver<Phase>,
-    ) -> Result<ProducerReport> {
-        let outcome = self.send_all(&run, &mut phase).await;
-        let name = self.wire.name.clone();
-        self.wire.close().await;
-        outcome.with_context(|| name)
+    fn name(&self) -> &str {
+        &self.wire.name
     }
 
-    async fn send_all(
+    /// Sends this producer's share, keeping at most `window` sends unsettled, until all are
+    /// acknowledged or the run is aborted.
+    async fn work(
         &mut self,
         run: &Run,
         phase: &mut watch::Receiver<Phase>,
-    ) -> Result<ProducerReport> {
+        report: &mut ProducerReport,
+    ) -> Result<()> {
         let window = u64::from(run.options.window);
         let size = usize::try_from(run.options.size).unwrap_or(usize::MAX);
         let durable = run.options.durable;
@@ -105,7 +102,7 @@ impl Producer {
             self.wire.flush().await?;
             let (performative, _) = tokio::select! {
                 frame = self.wire.next_frame() => frame?,
-                _ = aborted(phase) => return Ok(ProducerReport { finished_at: None }),
+                _ = aborted(phase) => return Ok(()),
             };
             let mut next = Some(performative);
             while let Some(performative) = next.take() {
@@ -119,9 +116,16 @@ impl Producer {
                 }
             }
         }
-        Ok(ProducerReport { finished_at: Some(Instant::now()) })
+        report.finished_at = Some(Instant::now());
+        Ok(())
     }
 
+    async fn close(self) {
+        self.wire.close().await;
+    }
+}
+
+impl Producer {
     /// Applies a frame from the broker; returns how many sends it newly acknowledged.
     fn on_frame(
         &mut self,
@@ -245,11 +249,6 @@ fn encode(size: usize, durable: bool, session: Option<&str>, run_id: u64) -> Byt
     }
     message.put_slice(&body);
     message.freeze()
-}
-
-/// Resolves when the run is aborted (producers ignore completion: they still await outcomes).
-async fn aborted(phase: &mut watch::Receiver<Phase>) {
-    let _ = phase.wait_for(|phase| *phase == Phase::Aborted).await;
 }
 
 #[cfg(test)]

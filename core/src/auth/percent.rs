@@ -1,7 +1,13 @@
 //! Percent-encoding as the Service Bus SDKs use it for SAS tokens.
 //!
 //! Small on purpose: one encoder (the strictest of the SDKs' encoders, so its output is valid
-//! for all of them) and one decoder (that accepts what every SDK produces).
+//! for all of them) and one decoder (that accepts what every SDK produces). The decoder is the
+//! `percent-encoding` crate's, made strict: a malformed escape or a result that is not UTF-8
+//! is refused rather than passed through, because a token that does not decode is malformed.
+
+use std::borrow::Cow;
+
+use percent_encoding::percent_decode_str;
 
 /// Percent-encodes every byte of `text`'s UTF-8 form except the RFC 3986 unreserved characters
 /// `A-Z a-z 0-9 - _ . ~`.
@@ -34,31 +40,17 @@ pub(super) fn encode(text: &str) -> String {
 ///   and the SDKs never encode a space as `+` in a value that is decoded here for meaning
 ///   (entity and policy names cannot contain spaces).
 /// - A `%` not followed by two hex digits is an error, not a literal.
-pub(super) fn decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let high = hex_value(*bytes.get(i + 1)?)?;
-            let low = hex_value(*bytes.get(i + 2)?)?;
-            out.push(high << 4 | low);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+/// - Decodes once: `%2524` gives `%24`.
+/// - Borrows `text` when it has no escape; allocates only when something is decoded.
+pub(crate) fn decode(text: &str) -> Option<Cow<'_, str>> {
+    // `percent_decode_str` passes a malformed escape through as a literal `%`: refuse it first.
+    let escapes_are_valid = text.split('%').skip(1).all(|after| {
+        after.as_bytes().get(..2).is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    });
+    if !escapes_are_valid {
+        return None;
     }
-    String::from_utf8(out).ok()
-}
-
-fn hex_value(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        b'A'..=b'F' => Some(digit - b'A' + 10),
-        _ => None,
-    }
+    percent_decode_str(text).decode_utf8().ok()
 }
 
 #[cfg(test)]
@@ -95,10 +87,33 @@ mod tests {
             ("%zz", None),
             ("abc%2", None),
             ("%FF", None),
+            // Invalid escapes are refused wherever they are, never kept as literals.
+            ("%%41", None),
+            ("%4%41", None),
+            ("%G1", None),
+            ("ok%2", None),
+            ("%24ok%zz", None),
+            // `+` and spaces are left alone, escaped or not.
+            ("a b", Some("a b")),
+            ("%2b", Some("+")),
+            ("+%20+", Some("+ +")),
+            // Not UTF-8 once decoded: refused (a lone lead byte, a lone continuation byte).
+            ("%C3", None),
+            ("%A9", None),
+            ("%C3%28", None),
+            ("%00", Some("\0")),
+            ("%2524", Some("%24")),
+            ("é%C3%A9", Some("éé")),
         ];
         for (input, expected) in cases {
             assert_eq!(decode(input).as_deref(), expected, "decode({input:?})");
         }
+    }
+
+    #[test]
+    fn decode_borrows_unless_it_decodes_something() {
+        assert!(matches!(decode("sb://h/q+1"), Some(Cow::Borrowed("sb://h/q+1"))));
+        assert!(matches!(decode("sb%3A%2F%2Fh"), Some(Cow::Owned(text)) if text == "sb://h"));
     }
 
     #[test]

@@ -51,7 +51,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Broker, EntityHandle, Reservation};
+use super::sending::{requires_session_id, Reservation};
+use super::{takes_sends, Broker, EntityHandle};
 use crate::address::{EntityAddress, EntityPath};
 use crate::description::QueueDescription;
 use crate::entity::EntityKind;
@@ -174,7 +175,9 @@ impl Broker {
                 || match self.entities().get(path.key()).map(|e| e.kind) {
                     Some(EntityKind::Queue) => true,
                     Some(EntityKind::Topic) => false,
-                    _ => return Err(BrokerError::invalid(field, DESTINATION_MISSING)),
+                    Some(EntityKind::Subscription | EntityKind::Rule) | None => {
+                        return Err(BrokerError::invalid(field, DESTINATION_MISSING))
+                    }
                 };
             if field == "ForwardTo" && requires_session && to_queue {
                 return Err(BrokerError::invalid(field, SESSION_TO_QUEUE));
@@ -205,8 +208,9 @@ impl Broker {
     /// runs until its entity is deleted or the broker shuts down; while the entity has no
     /// rule it idles (its transfer queue is empty).
     pub(crate) fn ensure_forwarder(&self, entity: &Arc<EntityHandle>) {
-        if !matches!(entity.kind, EntityKind::Queue | EntityKind::Subscription) {
-            return;
+        match entity.kind {
+            EntityKind::Queue | EntityKind::Subscription => {}
+            EntityKind::Topic | EntityKind::Rule => return,
         }
         let description = entity.description();
         if description.forward_to.is_none()
@@ -225,7 +229,7 @@ impl Broker {
     /// subscriptions) if none runs: at a commit that sent through it, and at start-up when
     /// that queue holds transfers.
     pub(crate) fn ensure_send_via_forwarder(&self, entity: &Arc<EntityHandle>) {
-        if !matches!(entity.kind, EntityKind::Queue | EntityKind::Topic)
+        if !has_send_via_queue(entity.kind)
             || entity.send_via_forwarder.swap(true, Ordering::AcqRel)
         {
             return;
@@ -257,7 +261,7 @@ impl Broker {
         let count = transfers.len();
         let wait = |error: BrokerError, label| vec![Verdict::Wait { error, label }; count];
         let entity = match self.entity(destination) {
-            Ok(e) if matches!(e.kind, EntityKind::Queue | EntityKind::Topic) => e,
+            Ok(e) if takes_sends(e.kind) => e,
             Ok(_) | Err(_) => {
                 let error = BrokerError::EntityNotFound { entity: destination.to_string() };
                 return wait(error, "destination_missing");
@@ -344,6 +348,15 @@ impl Broker {
     }
 }
 
+/// Whether an entity of this kind has a send-via transfer queue of its own: a queue or a
+/// topic (what is sent through a subscription waits in its topic's); a rule has none.
+pub(super) fn has_send_via_queue(kind: EntityKind) -> bool {
+    match kind {
+        EntityKind::Queue | EntityKind::Topic => true,
+        EntityKind::Subscription | EntityKind::Rule => false,
+    }
+}
+
 /// Whether the destination takes a transfer (its session rule, size and quota) and, if its
 /// partition key names one, the partition it goes to.
 fn admit(
@@ -353,10 +366,7 @@ fn admit(
     used: u64,
     limit: u64,
 ) -> Result<Option<PartitionId>, Verdict> {
-    if description.requires_session
-        && entity.kind == EntityKind::Queue
-        && message.properties.session_id.is_none()
-    {
+    if requires_session_id(entity, description) && message.properties.session_id.is_none() {
         return Err(Verdict::DeadLetter {
             reason: dead_letter_reason::FORWARD_DESTINATION_REFUSED,
             description: super::sessions::SESSION_ID_NOT_SET.to_owned(),
@@ -466,7 +476,6 @@ impl Forwarder {
         }
     }
 
-    /// Forwards one batch. False if some of it has to wait.
     /// Tells every destination partition what it may forget now.
     fn flush_forgets(&mut self) {
         for ((destination, partition), ids) in self.forget.drain() {
@@ -478,6 +487,7 @@ impl Forwarder {
         }
     }
 
+    /// Forwards one batch. False if some of it has to wait.
     async fn forward(&mut self, batch: Vec<ReceivedMessage>) -> bool {
         let description = self.entity.description();
         let source = &self.entity.path;

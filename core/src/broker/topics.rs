@@ -17,7 +17,8 @@
 
 use std::sync::Arc;
 
-use super::{entity_info, Broker, EntityHandle, QueueRuntime};
+use super::forwarding::has_send_via_queue;
+use super::{entity_info, has_partitions, Broker, EntityHandle, QueueRuntime};
 use crate::address::{EntityPath, PathShape};
 use crate::codec::{self, EntityRecord};
 use crate::description::{
@@ -74,10 +75,14 @@ impl Broker {
             EntityPath::parse(&r.name).unwrap_or_else(|_| EntityPath::verbatim(&r.name))
         };
         let parent_key = |r: &EntityRecord| path_of(r).parent().map(|p| p.key().to_owned());
-        let (rules, others): (Vec<_>, Vec<_>) =
-            records.into_iter().partition(|r| r.description.kind() == EntityKind::Rule);
-        let (subscriptions, top): (Vec<_>, Vec<_>) =
-            others.into_iter().partition(|r| r.description.kind() == EntityKind::Subscription);
+        let (mut top, mut subscriptions, mut rules) = (Vec::new(), Vec::new(), Vec::new());
+        for record in records {
+            match record.description.kind() {
+                EntityKind::Queue | EntityKind::Topic => top.push(record),
+                EntityKind::Subscription => subscriptions.push(record),
+                EntityKind::Rule => rules.push(record),
+            }
+        }
         for record in top {
             let EntityDescription::Topic(topic) = &record.description else {
                 let handle = self.start_entity(record, &[])?;
@@ -131,7 +136,7 @@ impl Broker {
         let broker = self.clone();
         tokio::spawn(async move {
             for entity in all {
-                if matches!(entity.kind, EntityKind::Queue | EntityKind::Topic) {
+                if has_send_via_queue(entity.kind) {
                     let counts = super::ask_all(&entity, |reply| Command::Counts { reply }).await;
                     if counts.into_iter().flatten().any(|c| c.send_via > 0) {
                         broker.ensure_send_via_forwarder(&entity);
@@ -326,7 +331,7 @@ impl Broker {
                 )))
             }
         }
-        if entity.kind != EntityKind::Rule {
+        if has_partitions(entity.kind) {
             self.require_all_partitions(&entity).await?;
         }
         record.description = description;
@@ -390,7 +395,7 @@ impl Broker {
         }
         for e in &gone {
             batch.delete(keys::entity(e.path.key()));
-            if e.kind != EntityKind::Rule {
+            if has_partitions(e.kind) {
                 let prefix = keys::entity_prefix(e.id);
                 let end = crate::store::prefix_end(&prefix);
                 batch.delete_range(prefix, end);
@@ -403,14 +408,16 @@ impl Broker {
                 entities.remove(e.path.key());
             }
         }
-        if entity.kind == EntityKind::Topic {
-            entity.close();
+        match entity.kind {
+            EntityKind::Queue | EntityKind::Topic => entity.close(),
+            // A subscription's lanes went with `RemoveLane`; a rule has no partitions.
+            EntityKind::Subscription | EntityKind::Rule => {}
         }
         // What other stores hold of the topic or subscription is unreachable now (ids are
         // never reused); reclaim it, and only log if a store cannot.
         for store in self.inner.stores.iter().skip(1) {
             let mut batch = WriteBatch::new();
-            for e in gone.iter().filter(|e| e.kind != EntityKind::Rule) {
+            for e in gone.iter().filter(|e| has_partitions(e.kind)) {
                 let prefix = keys::entity_prefix(e.id);
                 let end = crate::store::prefix_end(&prefix);
                 batch.delete_range(prefix, end);
@@ -419,10 +426,14 @@ impl Broker {
                 tracing::warn!(entity = %entity.path, error = %e, "could not delete a deleted entity's messages from a store");
             }
         }
-        if entity.kind == EntityKind::Rule {
-            if let Some(subscription) = entity.path.parent().and_then(|p| self.entity(&p).ok()) {
-                self.reconfigure(&subscription)?;
+        match entity.kind {
+            EntityKind::Rule => {
+                let subscription = entity.path.parent().and_then(|p| self.entity(&p).ok());
+                if let Some(subscription) = subscription {
+                    self.reconfigure(&subscription)?;
+                }
             }
+            EntityKind::Queue | EntityKind::Topic | EntityKind::Subscription => {}
         }
         tracing::info!(entity = %entity.path, kind = entity.kind.as_str(), "entity deleted");
         Ok(())
@@ -451,8 +462,11 @@ impl Broker {
     /// A topic's runtime figures.
     pub async fn get_topic_runtime(&self, path: &EntityPath) -> Result<TopicRuntime> {
         let topic = self.entity(path)?;
-        if topic.kind != EntityKind::Topic {
-            return Err(BrokerError::EntityNotFound { entity: path.to_string() });
+        match topic.kind {
+            EntityKind::Topic => {}
+            EntityKind::Queue | EntityKind::Subscription | EntityKind::Rule => {
+                return Err(BrokerError::EntityNotFound { entity: path.to_string() })
+            }
         }
         let record = topic.record();
         let counts: QueueRuntime = self.get_queue_runtime(path.as_str()).await?;

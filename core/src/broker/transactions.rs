@@ -32,7 +32,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{Broker, EntityHandle, Reservation};
+use super::sending::Reservation;
+use super::{Broker, EntityHandle};
 use crate::address::{EntityAddress, EntityPath};
 use crate::entity::EntityKind;
 use crate::error::{BrokerError, Result};
@@ -222,8 +223,13 @@ impl Broker {
             None => destination.clone(),
         };
         let through = via_entity.id != destination.id;
-        if through && !matches!(via_entity.kind, EntityKind::Queue | EntityKind::Subscription) {
-            return Err(BrokerError::InvalidOperation(SPAN_ENTITIES.into()));
+        if through {
+            match via_entity.kind {
+                EntityKind::Queue | EntityKind::Subscription => {}
+                EntityKind::Topic | EntityKind::Rule => {
+                    return Err(BrokerError::InvalidOperation(SPAN_ENTITIES.into()))
+                }
+            }
         }
         let v = state.via(via_entity)?;
         for message in &messages {
@@ -262,10 +268,13 @@ impl Broker {
             state.begin(messages.len(), now)?;
             let pinned = (|| {
                 let (entity, _) = self.check_send(address, &messages)?;
-                if entity.kind == EntityKind::Topic {
-                    return Err(BrokerError::Unimplemented(
-                        "scheduling on a topic in a transaction",
-                    ));
+                match entity.kind {
+                    EntityKind::Topic => {
+                        return Err(BrokerError::Unimplemented(
+                            "scheduling on a topic in a transaction",
+                        ))
+                    }
+                    EntityKind::Queue | EntityKind::Subscription | EntityKind::Rule => {}
                 }
                 let v = state.via(entity)?;
                 for message in &messages {
@@ -458,7 +467,9 @@ impl Broker {
                         EntityKind::Subscription => {
                             via.entity.path.parent().and_then(|topic| self.entity(&topic).ok())
                         }
-                        _ => Some(via.entity.clone()),
+                        EntityKind::Queue | EntityKind::Topic | EntityKind::Rule => {
+                            Some(via.entity.clone())
+                        }
                     };
                     if let Some(holder) = holder {
                         self.ensure_send_via_forwarder(&holder);

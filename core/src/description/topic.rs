@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::{check_range, EntityStatus, QueueDescription, DEFAULT_PARTITION_COUNT, TIME_SPAN_MAX};
 use crate::auth::AuthorizationRule;
 use crate::error::{BrokerError, Result};
+pub use crate::filter::CorrelationFilter;
 use crate::message::PropertyValue;
 
 /// The rule every new subscription gets unless its creation names another.
@@ -231,7 +232,7 @@ pub enum RuleFilter {
         expression: String,
         parameters: Vec<(String, PropertyValue)>,
     },
-    Correlation(CorrelationFilterDescription),
+    Correlation(CorrelationFilter),
 }
 
 impl RuleFilter {
@@ -240,21 +241,6 @@ impl RuleFilter {
     pub fn is_sql(&self) -> bool {
         !matches!(self, RuleFilter::Correlation(_))
     }
-}
-
-/// A correlation filter: every field and property it names must equal the message's.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct CorrelationFilterDescription {
-    pub correlation_id: Option<String>,
-    pub message_id: Option<String>,
-    pub to: Option<String>,
-    pub reply_to: Option<String>,
-    /// Service Bus's `Label`.
-    pub subject: Option<String>,
-    pub session_id: Option<String>,
-    pub reply_to_session_id: Option<String>,
-    pub content_type: Option<String>,
-    pub properties: Vec<(String, PropertyValue)>,
 }
 
 /// A rule's action: a SQL action expression and its parameters.

@@ -6,10 +6,11 @@ use std::fmt;
 use super::ast::CompareOp;
 use super::eval::lookup;
 use super::value::{compare, Tri, Value};
-use crate::message::{ApplicationProperties, Message, PropertyValue};
+use crate::message::{Message, PropertyValue};
 
 /// Every field that is `Some` and every entry of `properties` must match (AND); absent fields
-/// match anything.
+/// match anything. The same type is a rule's description (what management stores and answers
+/// with, properties in the order they were given) and the filter the broker evaluates.
 ///
 /// - System fields compare as exact, case-sensitive strings (`subject` is Service Bus's
 ///   `Label`).
@@ -32,7 +33,7 @@ pub struct CorrelationFilter {
     pub session_id: Option<String>,
     pub reply_to_session_id: Option<String>,
     pub content_type: Option<String>,
-    pub properties: ApplicationProperties,
+    pub properties: Vec<(String, PropertyValue)>,
 }
 
 impl CorrelationFilter {

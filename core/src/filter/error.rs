@@ -5,6 +5,7 @@ use std::fmt;
 
 /// Why a rule's SQL text was refused at creation time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FilterErrorKind {
     /// The text is not in the language (lexical or grammar error, or a value where a predicate
     /// is needed and the reverse).
@@ -64,6 +65,7 @@ impl std::error::Error for FilterError {}
 
 /// Why evaluating a filter or applying an action failed for one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EvalErrorKind {
     /// `sys.X` where X is no system property (docs: "throws a FilterException").
     UnknownSystemProperty,

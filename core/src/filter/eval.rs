@@ -14,7 +14,10 @@ pub(crate) const DATETIME_MAX_MILLIS: i64 = 253_402_300_799_999;
 /// The application property `name`, case-insensitively: the key spelled exactly so if there is
 /// one, else the first key (in the map's byte order) equal to it ignoring case.
 #[inline]
-pub fn lookup<'m>(props: &'m ApplicationProperties, name: &str) -> Option<&'m PropertyValue> {
+pub(super) fn lookup<'m>(
+    props: &'m ApplicationProperties,
+    name: &str,
+) -> Option<&'m PropertyValue> {
     props.get(name).or_else(|| props.iter().find(|(k, _)| eq_ignore_case(k, name)).map(|(_, v)| v))
 }
 

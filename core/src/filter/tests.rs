@@ -226,6 +226,11 @@ fn props(pairs: &[(&str, PropertyValue)]) -> ApplicationProperties {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect()
 }
 
+/// A correlation filter's properties, in the order given.
+fn pairs(pairs: &[(&str, PropertyValue)]) -> Vec<(String, PropertyValue)> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect()
+}
+
 #[test]
 fn action_a1_set_keeps_the_integer_type() {
     let mut m = msg(&[("quantity", Int(10))]);
@@ -812,7 +817,7 @@ fn correlation_each_system_field() {
 #[test]
 fn correlation_properties_case_insensitive_keys_typed_values() {
     let filter = CorrelationFilter {
-        properties: props(&[
+        properties: pairs(&[
             ("Color", s("blue")),
             ("n", Int(1)),
             ("ok", PropertyValue::Bool(true)),
@@ -834,7 +839,7 @@ fn correlation_empty_matches_everything_and_null_matches_missing_or_null() {
     assert!(CorrelationFilter::default().is_empty());
     assert!(CorrelationFilter::default().matches(&msg(&[])));
     let filter =
-        CorrelationFilter { properties: props(&[("x", Null)]), ..CorrelationFilter::default() };
+        CorrelationFilter { properties: pairs(&[("x", Null)]), ..CorrelationFilter::default() };
     assert!(filter.matches(&msg(&[])));
     assert!(filter.matches(&msg(&[("x", Null)])));
     assert!(!filter.matches(&msg(&[("x", Int(1))])));
@@ -845,7 +850,7 @@ fn correlation_filter_prints_as_the_equivalent_sql() {
     let filter = CorrelationFilter {
         reply_to: Some("johndoe@contoso.com".into()),
         subject: Some("Important".into()),
-        properties: props(&[("color", s("Red"))]),
+        properties: pairs(&[("color", s("Red"))]),
         ..CorrelationFilter::default()
     };
     let sql = filter.to_string();

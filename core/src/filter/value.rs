@@ -161,7 +161,7 @@ impl<'a> Value<'a> {
 
 /// Case-insensitive name equality without allocating (ASCII fast path, else simple Unicode
 /// lowercase mapping, close to .NET's `OrdinalIgnoreCase`).
-pub fn eq_ignore_case(a: &str, b: &str) -> bool {
+pub(super) fn eq_ignore_case(a: &str, b: &str) -> bool {
     if a.is_ascii() && b.is_ascii() {
         return a.eq_ignore_ascii_case(b);
     }
@@ -204,7 +204,7 @@ fn compare_values(l: &Value<'_>, r: &Value<'_>) -> Comparison {
 
 /// `l op r` under §5.2: mismatched kinds and nulls are unknown, never an error.
 #[inline]
-pub fn compare(op: CompareOp, l: &Value<'_>, r: &Value<'_>) -> Tri {
+pub(super) fn compare(op: CompareOp, l: &Value<'_>, r: &Value<'_>) -> Tri {
     match compare_values(l, r) {
         Comparison::Ordered(o) => Tri::from_bool(match op {
             CompareOp::Eq => o == Ordering::Equal,
@@ -226,7 +226,7 @@ pub fn compare(op: CompareOp, l: &Value<'_>, r: &Value<'_>) -> Tri {
 
 /// `l op r` under §5.3. Integers wrap as C#'s unchecked arithmetic; integer division by zero is
 /// the only error.
-pub fn arith<'a>(op: ArithOp, l: Value<'a>, r: Value<'a>) -> Result<Value<'a>, EvalError> {
+pub(super) fn arith<'a>(op: ArithOp, l: Value<'a>, r: Value<'a>) -> Result<Value<'a>, EvalError> {
     use Value::{DateTime, Double, Int, Null, TimeSpan};
     if l.is_null() || r.is_null() {
         return Ok(Null);
@@ -278,7 +278,7 @@ pub fn arith<'a>(op: ArithOp, l: Value<'a>, r: Value<'a>) -> Result<Value<'a>, E
 }
 
 /// Unary `-` (`negate`) or `+`: numbers and TimeSpans; anything else is unknown.
-pub fn sign(negate: bool, v: Value<'_>) -> Value<'_> {
+pub(super) fn sign(negate: bool, v: Value<'_>) -> Value<'_> {
     match v {
         // Integers hold i64 or u64 values, so the i128 negation is exact.
         Value::Int(n) if negate => Value::Int(-n),
@@ -293,7 +293,7 @@ pub fn sign(negate: bool, v: Value<'_>) -> Value<'_> {
 /// next pattern character literal (a trailing escape character matches itself). Ordinal and
 /// case-sensitive; no allocation. Works on the UTF-8 bytes, stepping whole characters;
 /// backtracks to the last `%` only, so it is O(n·m) at worst.
-pub fn like(text: &str, pattern: &str, escape: Option<char>) -> bool {
+pub(super) fn like(text: &str, pattern: &str, escape: Option<char>) -> bool {
     let mut buf = [0u8; 4];
     let esc: &[u8] = match escape {
         Some(c) => c.encode_utf8(&mut buf).as_bytes(),

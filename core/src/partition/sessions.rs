@@ -1,5 +1,9 @@
-//! [`SessionIndex`]: the sessions of one partition (or subscription lane) of a session-enabled
-//! entity — their messages, locks and state — kept beside the [`Index`](super::index::Index).
+//! Sessions of a session-enabled entity: [`SessionIndex`], the session table of one partition
+//! (or subscription lane) — its sessions' messages, locks and state, kept beside the
+//! [`Index`](super::index::Index) — and the session rules of
+//! [`PartitionState`] that act on it: accepting a session (a
+//! named one, or the next ready one), renewing and releasing its lock, its state, delivering
+//! its messages to its holder only, and peeking and receiving its deferred messages.
 //!
 //! A session exists while it has a message in the main queue, a state, or a lock holder (a
 //! receiver that accepted it, even with no messages). Sessions that have an available message
@@ -20,7 +24,19 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::types::{SequenceNumber, Timestamp};
+use super::bodies::Outgoing;
+use super::state::PartitionState;
+use super::SessionGrant;
+use crate::error::{BrokerError, Result, SessionError};
+use crate::message::{ApplicationProperties, MessageState};
+use crate::metrics as m;
+use crate::receiver::ReceiverShared;
+use crate::types::{ReceiveMode, SequenceNumber, SubQueue, Timestamp};
+
+/// Service Bus's refusal of a session receiver on an entity without sessions.
+pub(crate) const NOT_SESSIONFUL: &str = "A sessionful message receiver cannot be created on an \
+    entity that does not require sessions. Ensure RequiresSession is set to true when creating a \
+    Queue or Subscription to enable sessionful behavior.";
 
 /// A session's id as the partition keeps it (shared by its messages' index entries).
 pub(crate) type SessionId = Arc<str>;
@@ -284,6 +300,206 @@ impl SessionIndex {
             .take(max)
             .map(|id| id.to_string())
             .collect()
+    }
+}
+
+// ---- the session rules of a partition ----
+
+impl PartitionState {
+    /// Hands each session holder its session's available messages, in order, while it has
+    /// credit.
+    pub(super) fn deliver_sessions(&mut self, now: Timestamp) {
+        for i in 0..self.session_receivers.len() {
+            let (id, receiver) = self.session_receivers[i].clone();
+            while let Some(seq) =
+                self.index.sessions.as_deref().and_then(|s| s.first_available(&id))
+            {
+                if !receiver.try_reserve() {
+                    break;
+                }
+                let outgoing = self.hand_out(SubQueue::Main, seq, receiver.mode, now);
+                self.fx.deliveries.push((receiver.clone(), outgoing));
+            }
+        }
+    }
+
+    /// If `seq` belongs to a held session: records it as locked by the session and returns
+    /// the session lock's expiry.
+    pub(super) fn lock_for_session(
+        &mut self,
+        queue: SubQueue,
+        seq: SequenceNumber,
+    ) -> Option<Timestamp> {
+        if queue != SubQueue::Main {
+            return None;
+        }
+        let sessions = self.index.sessions.as_deref_mut()?;
+        let id = self.index.messages[queue].get(&seq)?.session()?;
+        let lock = sessions.lock_of(id)?;
+        sessions.set_locked(id, seq, true);
+        Some(lock.until)
+    }
+
+    pub(super) fn accept_session(
+        &mut self,
+        session: Option<SessionId>,
+        receiver: Arc<ReceiverShared>,
+        now: Timestamp,
+    ) -> Result<Option<SessionGrant>, SessionError> {
+        let until = now.saturating_add(self.description.lock_duration);
+        let Some(sessions) = self.index.sessions.as_deref_mut() else {
+            return Err(BrokerError::InvalidOperation(NOT_SESSIONFUL.into()).into());
+        };
+        // A waiter that gave up before its turn came gets nothing.
+        if receiver.is_closed() {
+            return Ok(None);
+        }
+        let session = match session {
+            Some(id) if sessions.lock_of(&id).is_some() => {
+                return Err(SessionError::CannotBeLocked { session: id.to_string() })
+            }
+            Some(id) => id,
+            None => match sessions.next_ready() {
+                Some(id) => id,
+                None => return Ok(None),
+            },
+        };
+        sessions.lock(&session, receiver.id, until);
+        self.session_receivers.push((session.clone(), receiver));
+        metrics::counter!(m::SESSIONS_ACCEPTED_TOTAL).increment(1);
+        metrics::gauge!(m::SESSIONS_LOCKED).increment(1.0);
+        Ok(Some(SessionGrant { session, locked_until: until }))
+    }
+
+    /// Ends the lock `holder` has on a session: on expiry its locked messages count a delivery
+    /// and the holder loses the session; on release (the holder closed) they are just
+    /// unlocked.
+    pub(super) fn release_session(&mut self, holder: u64, now: Timestamp, expired: bool) {
+        if self.index.sessions.is_none() {
+            return;
+        }
+        let held = self.session_receivers.len();
+        self.session_receivers.retain(|(_, r)| {
+            if r.id != holder {
+                return true;
+            }
+            if expired {
+                r.lose();
+            }
+            false
+        });
+        let ended = held - self.session_receivers.len();
+        if ended > 0 {
+            metrics::gauge!(m::SESSIONS_LOCKED).decrement(ended as f64);
+            if expired {
+                metrics::counter!(m::SESSION_LOCK_LOSSES_TOTAL).increment(ended as u64);
+            }
+        }
+        let Some((_, locked)) =
+            self.index.sessions.as_deref_mut().and_then(|s| s.unlock_holder(holder))
+        else {
+            return;
+        };
+        for seq in locked {
+            self.unlock(SubQueue::Main, seq);
+            if expired {
+                metrics::counter!(m::LOCK_EXPIRATIONS_TOTAL).increment(1);
+                self.after_failed_delivery(SubQueue::Main, seq, ApplicationProperties::new(), now);
+            } else {
+                self.make_available(SubQueue::Main, seq, now);
+            }
+        }
+    }
+
+    pub(super) fn renew_session(
+        &mut self,
+        holder: u64,
+        now: Timestamp,
+    ) -> Result<Timestamp, SessionError> {
+        let until = now.saturating_add(self.description.lock_duration);
+        let sessions = self.index.sessions.as_deref_mut().ok_or(SessionError::LockLost)?;
+        let id = sessions.held_by(holder).cloned().ok_or(SessionError::LockLost)?;
+        if sessions.renew(&id, holder, until) {
+            Ok(until)
+        } else {
+            Err(SessionError::LockLost)
+        }
+    }
+
+    /// Reads (`set` None) or sets a session's state. A state is at most the entity's maximum
+    /// message size, counts in the entity's size, and `None` clears it.
+    pub(crate) fn session_state(
+        &mut self,
+        session: &SessionId,
+        holder: Option<u64>,
+        set: Option<Option<Bytes>>,
+        now: Timestamp,
+    ) -> Result<Option<Bytes>, SessionError> {
+        let max = self.description.max_message_size();
+        let Some(sessions) = self.index.sessions.as_deref_mut() else {
+            return Err(BrokerError::InvalidOperation(NOT_SESSIONFUL.into()).into());
+        };
+        if let Some(holder) = holder {
+            if sessions.lock_of(session).is_none_or(|l| l.holder != holder) {
+                return Err(SessionError::LockLost);
+            }
+        }
+        let Some(state) = set else { return Ok(sessions.state(session)) };
+        if let Some(bytes) = &state {
+            if bytes.len() > max {
+                return Err(BrokerError::MessageSizeExceeded { size: bytes.len(), max }.into());
+            }
+        }
+        let new = state.as_ref().map_or(0, |b| b.len() as u64);
+        let old = sessions.set_state(session, state.clone().map(|b| (now, b)));
+        self.index.size_bytes = self.index.size_bytes - old + new;
+        self.fx.journal.put_session_state(session, state.as_ref().map(|b| (now, &b[..])));
+        Ok(None)
+    }
+
+    pub(super) fn peek_session(
+        &self,
+        session: &str,
+        from: SequenceNumber,
+        max: usize,
+    ) -> Vec<Outgoing> {
+        let Some(sessions) = self.index.sessions.as_deref() else { return Vec::new() };
+        sessions
+            .messages_from(session, from)
+            .take(max)
+            .filter_map(|seq| {
+                let entry = self.index.entry(SubQueue::Main, seq)?;
+                Some(Outgoing::of(entry, seq, self.partition, None))
+            })
+            .collect()
+    }
+
+    pub(super) fn receive_deferred_session(
+        &mut self,
+        holder: u64,
+        sequence_numbers: &[SequenceNumber],
+        mode: ReceiveMode,
+        now: Timestamp,
+    ) -> Result<Vec<Outgoing>> {
+        let sessions = self.index.sessions.as_deref().ok_or(BrokerError::MessageLockLost)?;
+        let id = sessions.held_by(holder).ok_or(BrokerError::MessageLockLost)?;
+        for &seq in sequence_numbers {
+            let deferred = sessions.contains(id, seq)
+                && self
+                    .index
+                    .entry(SubQueue::Main, seq)
+                    .is_some_and(|e| e.state == MessageState::Deferred && e.lock().is_none());
+            if !deferred {
+                return Err(BrokerError::MessageNotFound(seq));
+            }
+        }
+        let mut received = Vec::with_capacity(sequence_numbers.len());
+        for (i, &seq) in sequence_numbers.iter().enumerate() {
+            if !sequence_numbers[..i].contains(&seq) {
+                received.push(self.hand_out(SubQueue::Main, seq, mode, now));
+            }
+        }
+        Ok(received)
     }
 }
 

@@ -130,8 +130,6 @@ impl TopicPart {
         lane.state.fx.complete(&Err(BrokerError::EntityNotFound { entity: "subscription".into() }));
     }
 
-    /// Publishes messages sent to the topic: scheduled ones wait in the topic's lane; the
-    /// others are handed to every subscription whose rules take them, all in this cycle.
     /// A transaction's commit on a subscription's lane: its settlements (and anything else
     /// but sends) in the lane, and its sends through the subscription to other entities as
     /// send-via transfers in the topic's own lane (lanes hold copies of the topic's bodies and
@@ -185,6 +183,10 @@ impl TopicPart {
         self.publish(topic, messages, now).map(drop)
     }
 
+    /// Publishes messages sent to the topic: scheduled ones wait in the topic's lane; the
+    /// others are handed to every subscription whose rules take them, all in this cycle.
+    /// With FilteringMessagesBeforePublishing, a message no subscription takes refuses the
+    /// whole batch before anything changes.
     pub(crate) fn publish(
         &mut self,
         topic: &mut PartitionState,

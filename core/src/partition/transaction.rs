@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::sessions::SessionId;
-use super::state::{PartitionState, NOT_SESSIONFUL};
+use super::sessions::{SessionId, NOT_SESSIONFUL};
+use super::state::PartitionState;
 use crate::error::{BrokerError, Result};
 use crate::message::{Disposition, Message};
 use crate::types::{LockToken, SequenceNumber, SubQueue, Timestamp};

@@ -32,7 +32,7 @@ use crate::types::SequenceNumber;
 /// in its transfer queue. Unique for ever: entity ids and sequence numbers are never reused,
 /// and a message leaves a transfer queue once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TransferId {
+pub(crate) struct TransferId {
     pub source: EntityId,
     pub sequence_number: SequenceNumber,
 }

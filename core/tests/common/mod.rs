@@ -8,22 +8,22 @@ use ironbus_core::address::{EntityAddress, EntityPath};
 
 /// Long enough for any operation of these tests on a loaded machine; an operation that takes
 /// longer has hung.
-pub const HANG_GUARD: Duration = Duration::from_secs(10);
+pub(crate) const HANG_GUARD: Duration = Duration::from_secs(10);
 
 /// Awaits `future`, failing the test if it hangs.
 #[allow(dead_code, reason = "not every test binary uses it")]
-pub async fn guard<F: Future>(future: F) -> F::Output {
+pub(crate) async fn guard<F: Future>(future: F) -> F::Output {
     tokio::time::timeout(HANG_GUARD, future).await.expect("operation hung")
 }
 
 /// The entity path `p` (a queue, topic, subscription or rule).
 #[allow(dead_code, reason = "not every test binary uses it")]
-pub fn path(p: &str) -> EntityPath {
+pub(crate) fn path(p: &str) -> EntityPath {
     EntityPath::parse(p).expect(p)
 }
 
 /// The address of the entity `p` itself (its main queue).
 #[allow(dead_code, reason = "not every test binary uses it")]
-pub fn addr(p: &str) -> EntityAddress {
+pub(crate) fn addr(p: &str) -> EntityAddress {
     EntityAddress::from(path(p))
 }

@@ -16,17 +16,7 @@ pub(super) enum Node {
     Coordinator,
 }
 
-/// The node path of a terminus address: scheme and host stripped, no surrounding slashes.
-pub fn node_path(address: &str) -> String {
-    let rest = match address.find("://") {
-        Some(i) => {
-            let after = &address[i + 3..];
-            after.find('/').map_or("", |j| &after[j..])
-        }
-        None => address,
-    };
-    rest.trim_matches('/').to_owned()
-}
+pub use ironbus_core::address::node_path;
 
 /// What a node path names: `$cbs`, or what the core's address grammar ([`Address::parse`])
 /// makes of it.

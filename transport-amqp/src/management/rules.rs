@@ -10,8 +10,8 @@
 
 use fe2o3_amqp_types::primitives::{OrderedMap, Symbol, Timestamp as AmqpTimestamp, Value};
 use ironbus_core::{
-    Broker, CorrelationFilterDescription, EntityAddress, EntityDescription, EntityInfo, EntityPath,
-    PathShape, PropertyValue, RuleAction, RuleDescription, RuleFilter, SubQueue,
+    Broker, CorrelationFilter, EntityAddress, EntityDescription, EntityInfo, EntityPath, PathShape,
+    PropertyValue, RuleAction, RuleDescription, RuleFilter, SubQueue,
 };
 use serde_amqp::described::Described;
 use serde_amqp::descriptor::Descriptor;
@@ -201,7 +201,7 @@ fn rule_description(value: Option<&Value>) -> Result<RuleDescription, WireError>
                     _ => RuleFilter::Sql { expression, parameters },
                 }
             }
-            (None, Some(c)) => RuleFilter::Correlation(CorrelationFilterDescription {
+            (None, Some(c)) => RuleFilter::Correlation(CorrelationFilter {
                 correlation_id: optional_text(c, "correlation-id")?,
                 message_id: optional_text(c, "message-id")?,
                 to: optional_text(c, "to")?,

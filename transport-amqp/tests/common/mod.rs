@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 
 /// A broker on a fresh memory store with a manual clock.
 #[allow(dead_code, reason = "not every test binary uses it")]
-pub async fn memory_broker() -> Broker {
+pub(crate) async fn memory_broker() -> Broker {
     Broker::open(
         Arc::new(MemoryStore::new()),
         Arc::new(ManualClock::default()),
@@ -28,7 +28,7 @@ pub async fn memory_broker() -> Broker {
 
 /// Serves `broker` over AMQP until the trigger is dropped; returns the address it listens on.
 #[allow(dead_code, reason = "not every test binary uses it")]
-pub async fn serve(broker: Broker) -> (SocketAddr, ShutdownTrigger) {
+pub(crate) async fn serve(broker: Broker) -> (SocketAddr, ShutdownTrigger) {
     let transport =
         AmqpTransport::bind("127.0.0.1:0".parse().unwrap(), Arc::new(Authorizer::development()))
             .await
@@ -42,7 +42,7 @@ pub async fn serve(broker: Broker) -> (SocketAddr, ShutdownTrigger) {
 /// Reads until the peer closes, returning everything received; fails the test (naming `what`)
 /// if the server keeps the connection open for 10 s.
 #[allow(dead_code, reason = "used by the malformed-input tests, not by every test binary")]
-pub async fn read_to_close(stream: &mut TcpStream, what: &str) -> Vec<u8> {
+pub(crate) async fn read_to_close(stream: &mut TcpStream, what: &str) -> Vec<u8> {
     let mut all = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -56,7 +56,7 @@ pub async fn read_to_close(stream: &mut TcpStream, what: &str) -> Vec<u8> {
 
 /// Whether `bytes` hold a Close performative carrying an error.
 #[allow(dead_code, reason = "used by the malformed-input tests, not by every test binary")]
-pub fn has_close_with_error(bytes: &[u8]) -> bool {
+pub(crate) fn has_close_with_error(bytes: &[u8]) -> bool {
     bytes.windows(3).any(|w| w == [0x00, 0x53, 0x18])
         && bytes.windows(3).any(|w| w == [0x00, 0x53, 0x1d])
 }
@@ -64,7 +64,7 @@ pub fn has_close_with_error(bytes: &[u8]) -> bool {
 /// Serves `broker` over AMQP with `options`; returns the address, the trigger and the
 /// listener's counters.
 #[allow(dead_code, reason = "used by the limit tests, not by every test binary")]
-pub async fn serve_with(
+pub(crate) async fn serve_with(
     broker: Broker,
     options: ironbus_transport_amqp::AmqpOptions,
 ) -> (SocketAddr, ShutdownTrigger, Arc<ironbus_transport_amqp::AmqpStats>) {
@@ -85,7 +85,7 @@ pub async fn serve_with(
 /// A hand-driven AMQP client on a raw socket: it writes what a test tells it and reads only
 /// when asked, so a test can play a client that stops reading.
 #[allow(dead_code, reason = "used by the limit tests, not by every test binary")]
-pub mod raw {
+pub(crate) mod raw {
     use bytes::BytesMut;
     use fe2o3_amqp::frames::sasl;
     use fe2o3_amqp_types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
@@ -95,11 +95,11 @@ pub mod raw {
     use fe2o3_amqp_types::sasl::SaslInit;
     use ironbus_transport_amqp::frame;
 
-    pub const SASL_HEADER: &[u8] = b"AMQP\x03\x01\x00\x00";
-    pub const AMQP_HEADER: &[u8] = b"AMQP\x00\x01\x00\x00";
+    pub(crate) const SASL_HEADER: &[u8] = b"AMQP\x03\x01\x00\x00";
+    pub(crate) const AMQP_HEADER: &[u8] = b"AMQP\x00\x01\x00\x00";
 
     /// SASL PLAIN with the development policy's key.
-    pub fn sasl_init() -> Vec<u8> {
+    pub(crate) fn sasl_init() -> Vec<u8> {
         let mut out = BytesMut::new();
         let response = b"\0RootManageSharedAccessKey\0SAS_KEY_VALUE".to_vec();
         let init = SaslInit {
@@ -111,13 +111,13 @@ pub mod raw {
         out.to_vec()
     }
 
-    pub fn performative(channel: u16, performative: Performative) -> Vec<u8> {
+    pub(crate) fn performative(channel: u16, performative: Performative) -> Vec<u8> {
         let mut out = BytesMut::new();
         frame::write_performative(&mut out, channel, &performative);
         out.to_vec()
     }
 
-    pub fn open() -> Vec<u8> {
+    pub(crate) fn open() -> Vec<u8> {
         performative(
             0,
             Performative::Open(Open {
@@ -135,7 +135,7 @@ pub mod raw {
         )
     }
 
-    pub fn begin() -> Vec<u8> {
+    pub(crate) fn begin() -> Vec<u8> {
         performative(
             0,
             Performative::Begin(Begin {
@@ -152,7 +152,7 @@ pub mod raw {
     }
 
     /// A receiver link (handle 0) on `address`, peek-lock.
-    pub fn attach_receiver(address: &str) -> Vec<u8> {
+    pub(crate) fn attach_receiver(address: &str) -> Vec<u8> {
         performative(
             0,
             Performative::Attach(Attach {
@@ -176,7 +176,7 @@ pub mod raw {
 
     /// A flow: on link `handle` with `credit`, or (without a handle) the session's, asking for
     /// the broker's flow in return when `echo`.
-    pub fn flow(handle: Option<u32>, credit: u32, echo: bool) -> Vec<u8> {
+    pub(crate) fn flow(handle: Option<u32>, credit: u32, echo: bool) -> Vec<u8> {
         performative(
             0,
             Performative::Flow(Flow {
@@ -197,4 +197,4 @@ pub mod raw {
 }
 
 #[allow(dead_code, reason = "used by the raw-frame tests, not by every test binary")]
-pub mod raw_client;
+pub(crate) mod raw_client;

@@ -20,7 +20,7 @@ async fn guard<F: std::future::Future>(future: F) -> F::Output {
 }
 
 /// A hand-driven client on a raw socket, authenticated with SASL PLAIN.
-pub struct Raw {
+pub(crate) struct Raw {
     pub write: OwnedWriteHalf,
     pub reader: FrameReader<OwnedReadHalf>,
     /// Frames read and not yet asked for.
@@ -28,12 +28,12 @@ pub struct Raw {
 }
 
 impl Raw {
-    pub async fn connect(addr: &str) -> Raw {
+    pub(crate) async fn connect(addr: &str) -> Raw {
         Raw::connect_with(addr, super::raw::sasl_init()).await
     }
 
     /// Connects with SASL ANONYMOUS: no claims, as the Rust SDK before its CBS put-token.
-    pub async fn anonymous(addr: &str) -> Raw {
+    pub(crate) async fn anonymous(addr: &str) -> Raw {
         let mut init = bytes::BytesMut::new();
         let anonymous = fe2o3_amqp::types::sasl::SaslInit {
             mechanism: Symbol::from("ANONYMOUS"),
@@ -45,7 +45,7 @@ impl Raw {
         Raw::connect_with(addr, init.to_vec()).await
     }
 
-    pub async fn connect_with(addr: &str, sasl_init: Vec<u8>) -> Raw {
+    pub(crate) async fn connect_with(addr: &str, sasl_init: Vec<u8>) -> Raw {
         let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (read, write) = stream.into_split();
         let mut reader = FrameReader::new(read);
@@ -67,17 +67,17 @@ impl Raw {
         raw
     }
 
-    pub async fn write(&mut self, bytes: Vec<u8>) {
+    pub(crate) async fn write(&mut self, bytes: Vec<u8>) {
         self.write.write_all(&bytes).await.unwrap();
     }
 
-    pub async fn frame(&mut self, channel: u16, performative: Performative) {
+    pub(crate) async fn frame(&mut self, channel: u16, performative: Performative) {
         let mut out = bytes::BytesMut::new();
         ironbus_transport_amqp::frame::write_performative(&mut out, channel, &performative);
         self.write(out.to_vec()).await;
     }
 
-    pub async fn begin(&mut self, channel: u16) {
+    pub(crate) async fn begin(&mut self, channel: u16) {
         let mut begin = super::raw::begin();
         // The channel is in bytes 6..8 of the frame header.
         begin[6..8].copy_from_slice(&channel.to_be_bytes());
@@ -86,7 +86,7 @@ impl Raw {
     }
 
     /// Reads until a frame `done` accepts (frames read before it are kept for later).
-    pub async fn expect(
+    pub(crate) async fn expect(
         &mut self,
         mut done: impl FnMut(u16, &Performative) -> bool,
     ) -> (u16, Performative, bytes::Bytes) {
@@ -108,7 +108,7 @@ impl Raw {
 
     /// Attaches a link (sender when `role` is the sender role) and waits for the broker's
     /// attach; returns it.
-    pub async fn attach(&mut self, channel: u16, attach: Attach) -> Attach {
+    pub(crate) async fn attach(&mut self, channel: u16, attach: Attach) -> Attach {
         let handle = attach.handle.0;
         self.frame(channel, Performative::Attach(attach)).await;
         match self
@@ -123,7 +123,7 @@ impl Raw {
     }
 
     /// Sends a transfer of `payload` on link `handle` (delivery `id`, tag = id).
-    pub async fn transfer(
+    pub(crate) async fn transfer(
         &mut self,
         channel: u16,
         handle: u32,
@@ -137,7 +137,7 @@ impl Raw {
 
     /// Sends a transfer of `payload` in message format `format` on link `handle` (delivery
     /// `id`, tag = id).
-    pub async fn transfer_format(
+    pub(crate) async fn transfer_format(
         &mut self,
         channel: u16,
         (handle, id): (u32, u32),
@@ -171,7 +171,7 @@ impl Raw {
     }
 
     /// The broker's disposition (as receiver of our transfers) of delivery `id`.
-    pub async fn outcome(&mut self, channel: u16, id: u32) -> DeliveryState {
+    pub(crate) async fn outcome(&mut self, channel: u16, id: u32) -> DeliveryState {
         let (_, p, _) = self
             .expect(|ch, p| {
                 ch == channel
@@ -190,7 +190,7 @@ impl Raw {
 
     /// The status and error condition of the next management response (on channel 1,
     /// handle 1).
-    pub async fn response(&mut self) -> (i32, Option<String>) {
+    pub(crate) async fn response(&mut self) -> (i32, Option<String>) {
         let (_, _, payload) = self
             .expect(|ch, p| ch == 1 && matches!(p, Performative::Transfer(t) if t.handle.0 == 1))
             .await;
@@ -198,11 +198,11 @@ impl Raw {
     }
 }
 
-pub fn value<T: serde::Serialize>(value: T) -> Vec<u8> {
+pub(crate) fn value<T: serde::Serialize>(value: T) -> Vec<u8> {
     serde_amqp::to_vec(&AmqpValue(value)).unwrap()
 }
 
-pub fn link_attach(handle: u32, role: Role, address: &str, target: Option<&str>) -> Attach {
+pub(crate) fn link_attach(handle: u32, role: Role, address: &str, target: Option<&str>) -> Attach {
     let sender = role == Role::Sender;
     let (source, target) = match role {
         Role::Sender => (None, Some(address.to_owned())),
@@ -230,14 +230,14 @@ pub fn link_attach(handle: u32, role: Role, address: &str, target: Option<&str>)
 }
 
 /// A link's flow giving `credit` (channel 0's framing, rewritten for `channel`).
-pub fn flow(channel: u16, handle: u32, credit: u32) -> Vec<u8> {
+pub(crate) fn flow(channel: u16, handle: u32, credit: u32) -> Vec<u8> {
     let mut flow = super::raw::flow(Some(handle), credit, false);
     flow[6..8].copy_from_slice(&channel.to_be_bytes());
     flow
 }
 
 /// A `$management` request message for `operation` with `body` (message-id `id`).
-pub fn request(operation: &str, id: u64, reply_to: &str, body: Value) -> Vec<u8> {
+pub(crate) fn request(operation: &str, id: u64, reply_to: &str, body: Value) -> Vec<u8> {
     let properties = Properties::builder()
         .message_id(MessageId::Ulong(id))
         .reply_to(reply_to.to_owned())
@@ -249,7 +249,7 @@ pub fn request(operation: &str, id: u64, reply_to: &str, body: Value) -> Vec<u8>
     out
 }
 
-pub fn map(entries: Vec<(&str, Value)>) -> Value {
+pub(crate) fn map(entries: Vec<(&str, Value)>) -> Value {
     let mut m = OrderedMap::new();
     for (k, v) in entries {
         m.insert(Value::String(k.to_owned()), v);
@@ -258,7 +258,7 @@ pub fn map(entries: Vec<(&str, Value)>) -> Value {
 }
 
 /// Status and error condition of a management response payload.
-pub fn status(payload: &[u8]) -> (i32, Option<String>) {
+pub(crate) fn status(payload: &[u8]) -> (i32, Option<String>) {
     let request = ironbus_transport_amqp::request::Request::decode(payload).unwrap();
     let status = match request.application_properties.get("statusCode") {
         Some(SimpleValue::Int(s)) => *s,

@@ -7,8 +7,8 @@
 //! `d6p1:<xsd type>` (a four-character prefix: JS drops the first five characters).
 
 use ironbus_core::{
-    CorrelationFilterDescription, EntityInfo, PropertyValue, RuleAction, RuleDescription,
-    RuleFilter, Timestamp,
+    CorrelationFilter, EntityInfo, PropertyValue, RuleAction, RuleDescription, RuleFilter,
+    Timestamp,
 };
 
 use crate::atom::{self, entry_document, escape, optional, CONNECT_NS, XSI_NS};
@@ -222,7 +222,7 @@ fn parse_filter(filter: roxmltree::Node<'_, '_>) -> Result<RuleFilter, HttpError
         }
         Some("CorrelationFilter") => {
             let text = |name: &str| child_text(filter, name).filter(|t| !t.is_empty());
-            RuleFilter::Correlation(CorrelationFilterDescription {
+            RuleFilter::Correlation(CorrelationFilter {
                 correlation_id: text("CorrelationId"),
                 message_id: text("MessageId"),
                 to: text("To"),
@@ -361,7 +361,7 @@ mod tests {
         assert!(xml.contains(r#"i:type="d6p1:string">red</Value>"#));
         assert!(xml.contains(r#"<Action i:type="SqlRuleAction">"#));
         round_trip(RuleDescription {
-            filter: RuleFilter::Correlation(CorrelationFilterDescription {
+            filter: RuleFilter::Correlation(CorrelationFilter {
                 correlation_id: Some("c".into()),
                 subject: Some("label".into()),
                 content_type: Some("application/json".into()),
