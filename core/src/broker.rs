@@ -118,11 +118,19 @@ pub struct BrokerOptions {
     /// Message-body bytes every partition together keeps in memory (the rest stay in the
     /// store and are read back when delivered). Default 64 MiB.
     pub body_cache_bytes: u64,
+    /// Whether subscriptions' own metrics (`ironbus_broker_subscription_*`, labelled `entity`
+    /// with the subscription's path) are recorded: one series per subscription, up to 2,000
+    /// per topic. Default off: they are not recorded at all.
+    pub metrics_entity_labels: bool,
 }
 
 impl Default for BrokerOptions {
     fn default() -> Self {
-        Self { limits: NamespaceLimits::default(), body_cache_bytes: 64 << 20 }
+        Self {
+            limits: NamespaceLimits::default(),
+            body_cache_bytes: 64 << 20,
+            metrics_entity_labels: false,
+        }
     }
 }
 
@@ -133,6 +141,7 @@ struct Inner {
     cache: Arc<partition::BodyCache>,
     clock: Arc<dyn Clock>,
     limits: NamespaceLimits,
+    metrics_entity_labels: bool,
     entities: RwLock<HashMap<String, Arc<EntityHandle>>>,
     /// Serializes management operations (create, update, delete).
     management: tokio::sync::Mutex<()>,
@@ -201,6 +210,7 @@ impl Broker {
             cache: Arc::new(partition::BodyCache::new(options.body_cache_bytes)),
             clock,
             limits: options.limits,
+            metrics_entity_labels: options.metrics_entity_labels,
             entities: RwLock::new(HashMap::new()),
             management: tokio::sync::Mutex::new(()),
             next_entity_id: AtomicU64::new(next_entity_id),
@@ -225,7 +235,6 @@ impl Broker {
             }
         }
         broker.start_all(records)?;
-        crate::metrics::describe();
         Ok(broker)
     }
 
@@ -355,6 +364,7 @@ impl Broker {
                         store: self.store_for(record.id, PartitionId(p)).clone(),
                         clock: self.inner.clock.clone(),
                         cache: self.inner.cache.clone(),
+                        metrics_entity_labels: self.inner.metrics_entity_labels,
                         topic,
                     })
                 })

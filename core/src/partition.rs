@@ -380,6 +380,9 @@ pub(crate) struct PartitionContext {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) cache: Arc<BodyCache>,
+    /// Whether subscriptions' lanes record their own metrics, labelled with their path
+    /// (`BrokerOptions::metrics_entity_labels`).
+    pub(crate) metrics_entity_labels: bool,
     /// For a topic: its subscriptions' lanes when the partition starts (their records are
     /// recovered with the topic's), and whether unmatched messages are refused.
     pub(crate) topic: Option<(Vec<Lane>, bool)>,
@@ -431,7 +434,8 @@ impl Partition {
         let topic = cx.topic.take().map(|(lanes, filtering)| {
             state.shared_bodies = true;
             state.entity_kind = "topic";
-            let mut topic = TopicPart::new(cx.entity_name.clone(), filtering);
+            let mut topic =
+                TopicPart::new(cx.entity_name.clone(), filtering, cx.metrics_entity_labels);
             for lane in lanes {
                 topic.add_lane(&cx, lane);
             }
@@ -561,6 +565,9 @@ impl Partition {
         });
 
         for state in self.states_mut() {
+            // Counted only once written: a failed write's commands are answered with errors
+            // and come again.
+            state.fx.tally.written(result.is_ok());
             state.fx.complete(&result);
             if result.is_ok() {
                 state.drop_transient_bodies();

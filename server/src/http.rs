@@ -1,5 +1,4 @@
-//! The HTTP side of the server: its command-line options, the Prometheus exporter, the HTTPS
-//! listener (its certificate from [`crate::tls`], AMQP over WebSockets handed to the AMQP
+//! The HTTP side of the server: its command-line options, the HTTPS listener (its certificate from [`crate::tls`], AMQP over WebSockets handed to the AMQP
 //! transport), and the testing-only fault injection that lets the compat suites make one
 //! partition unavailable.
 
@@ -15,7 +14,6 @@ use ironbus_core::{Broker, Store, Tier, Timestamp};
 use ironbus_transport_amqp::StreamSender;
 use ironbus_transport_http::limits::ConnectionLimits;
 use ironbus_transport_http::{FaultHook, HttpConfig, HttpTransport, MetricsRender, WebSocketHook};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 use crate::tls::Certificate;
 
@@ -84,34 +82,6 @@ impl HttpArgs {
 
 /// The stores the broker opens, and the fault injectors around them when testing asked.
 pub type WrappedStores = (Vec<Arc<dyn Store>>, Option<Vec<Arc<FaultyStore>>>);
-
-/// Installs the Prometheus recorder (histograms with explicit buckets) and returns what renders
-/// `/metrics`. Call before the broker opens, so its metric descriptions are recorded.
-pub fn install_metrics() -> Result<MetricsRender> {
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            Matcher::Full(ironbus_core::metrics::STORE_WRITE_DURATION_SECONDS.to_owned()),
-            ironbus_core::metrics::STORE_WRITE_BUCKETS,
-        )
-        .context("store write buckets")?
-        .set_buckets_for_metric(
-            Matcher::Full(ironbus_transport_http::metrics::REQUEST_DURATION_SECONDS.to_owned()),
-            ironbus_transport_http::metrics::REQUEST_DURATION_BUCKETS,
-        )
-        .context("http request buckets")?
-        .install_recorder()
-        .context("installing the Prometheus recorder")?;
-    // The exporter keeps histogram samples until rendered; run its upkeep now and then.
-    let upkeep = handle.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
-        loop {
-            tick.tick().await;
-            upkeep.run_upkeep();
-        }
-    });
-    Ok(Arc::new(move || handle.render()))
-}
 
 /// Binds the HTTP listeners; `None` when both are off.
 #[allow(clippy::too_many_arguments, reason = "each is one piece of the server's assembly")]

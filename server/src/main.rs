@@ -42,12 +42,12 @@ use ironbus_core::auth::{Rights, SasPolicy, DEVELOPMENT_KEY, DEVELOPMENT_POLICY_
 use ironbus_core::{
     shutdown_signal, Broker, BrokerOptions, NamespaceLimits, Store, SystemClock, Transport,
 };
+use ironbus_metrics::PrometheusExporter;
 use ironbus_store_memory::MemoryStore;
 use ironbus_store_rocksdb::{Durability, RocksOptions, RocksStore};
 use ironbus_transport_amqp::limits::ConnectionLimits as AmqpLimits;
-use ironbus_transport_amqp::{AmqpOptions, AmqpStats, AmqpTransport};
+use ironbus_transport_amqp::{AmqpOptions, AmqpTransport};
 use ironbus_transport_http::limits::ConnectionLimits as HttpLimits;
-use ironbus_transport_http::MetricsRender;
 
 /// An Azure Service Bus compatible message broker.
 #[derive(Debug, Parser)]
@@ -112,6 +112,11 @@ struct Args {
     /// --max-connections; 0: unlimited.
     #[arg(long, env = "IRONBUS_MAX_CONNECTIONS_PER_IP", default_value_t = 0)]
     max_connections_per_ip: usize,
+    /// Record subscriptions' own metrics (`ironbus_broker_subscription_*`), labelled `entity`
+    /// with the subscription's path: one series per subscription and metric, up to 2,000
+    /// subscriptions per topic. Off: only the namespace-wide totals are recorded.
+    #[arg(long, env = "IRONBUS_METRICS_ENTITY_LABELS")]
+    metrics_entity_labels: bool,
     #[command(flatten)]
     http: http::HttpArgs,
     #[command(flatten)]
@@ -166,7 +171,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let amqps_addr = http::parse_addr("amqps-addr", &args.amqps_addr)?;
-    let metrics = http::install_metrics()?;
+    let metrics = PrometheusExporter::install()?;
 
     let (root, key) = match &args.sas_key {
         Some(key) => (SasPolicy::new(DEVELOPMENT_POLICY_NAME, key.clone(), Rights::MANAGE), None),
@@ -205,6 +210,7 @@ async fn main() -> anyhow::Result<()> {
             max_partitioned_entities: args.max_partitioned_entities,
         },
         body_cache_bytes: args.body_cache_mb << 20,
+        metrics_entity_labels: args.metrics_entity_labels,
     };
     let started = std::time::Instant::now();
     let broker = Broker::open_with(stores, Arc::new(SystemClock), options)
@@ -257,7 +263,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let amqp_addr = amqp.local_addr()?;
     let amqps_bound = amqp.tls_addr();
-    let metrics = with_amqp_stats(metrics, amqp.stats());
+    metrics.watch_amqp(amqp.stats());
     let websocket = http::websocket_hook(amqp.stream_sender());
     let mut transports: Vec<Box<dyn Transport>> = vec![Box::new(amqp)];
     let http_limits = HttpLimits {
@@ -270,7 +276,7 @@ async fn main() -> anyhow::Result<()> {
         authorizer,
         &broker,
         faults,
-        metrics,
+        metrics.render_fn(),
         namespace,
         http_limits,
         websocket,
@@ -319,46 +325,6 @@ async fn main() -> anyhow::Result<()> {
     }
     broker.shutdown();
     Ok(())
-}
-
-/// `/metrics` with the AMQP listener's counters added (the transport keeps them in
-/// [`AmqpStats`]; it depends on no metrics crate).
-fn with_amqp_stats(render: MetricsRender, stats: Arc<AmqpStats>) -> MetricsRender {
-    Arc::new(move || {
-        use std::fmt::Write;
-        use std::sync::atomic::Ordering::Relaxed;
-        let mut text = render();
-        let metrics: [(&str, &str, &str, u64); 4] = [
-            (
-                "ironbus_amqp_connections",
-                "gauge",
-                "AMQP connections served now",
-                stats.connections.load(Relaxed) as u64,
-            ),
-            (
-                "ironbus_amqp_connections_refused_total",
-                "counter",
-                "AMQP connections refused by --max-connections or --max-connections-per-ip",
-                stats.refused.load(Relaxed),
-            ),
-            (
-                "ironbus_amqp_write_buffered_bytes",
-                "gauge",
-                "Bytes AMQP connections have waiting to be written",
-                stats.write_buffered.load(Relaxed) as u64,
-            ),
-            (
-                "ironbus_amqp_slow_reader_closes_total",
-                "counter",
-                "AMQP connections closed because the client did not read",
-                stats.slow_reader_closes.load(Relaxed),
-            ),
-        ];
-        for (name, kind, help, value) in metrics {
-            let _ = write!(text, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n");
-        }
-        text
-    })
 }
 
 async fn wait_for_signal() -> anyhow::Result<()> {

@@ -27,7 +27,8 @@
 //!
 //! **Architecture Invariant:** protocol knowledge stays here; Service Bus semantics stay in the
 //! core. This crate depends on no workspace crate but `ironbus-core`, and on no metrics exporter:
-//! the server hands it a function that renders the exposition text.
+//! it records through the `metrics` facade under the names in [`metrics`], and the server hands
+//! it a function that renders the exposition text (`ironbus-metrics` makes one).
 //!
 //! **Architecture Invariant:** bad input is answered with a 4xx status and a message (never a
 //! 5xx, which makes the Python SDK retry for minutes, and never a panic); 5xx means the broker
@@ -170,7 +171,6 @@ impl HttpTransport {
             }
             None => None,
         };
-        crate::metrics::describe();
         Ok(Self { plain, tls, config: Arc::new(config) })
     }
 

@@ -19,14 +19,33 @@ use crate::{cargo, workspace_root};
 
 /// Crates `ironbus-core` must never reach, not even through a dev-dependency: the concrete
 /// store, transports and exporter belong to their own crates (STYLE.md, "Workspace").
-const CORE_FORBIDDEN: &[&str] =
-    &["rocksdb", "librocksdb-sys", "axum", "fe2o3-amqp", "metrics-exporter-prometheus", "hyper"];
+const CORE_FORBIDDEN: &[&str] = &[
+    "rocksdb",
+    "librocksdb-sys",
+    "axum",
+    "fe2o3-amqp",
+    "metrics-exporter-prometheus",
+    "hyper",
+    METRICS,
+];
 
 /// The only workspace crate that stores and transports may depend on.
 const CORE: &str = "ironbus-core";
 
-/// Workspace crates that must point inward, at `ironbus-core` only.
-const INWARD_PREFIXES: &[&str] = &["ironbus-store-", "ironbus-transport-"];
+/// The crate on top that catalogues every metric and alone knows the exporter.
+const METRICS: &str = "ironbus-metrics";
+
+/// The metrics exporter, which only [`METRICS`] may name.
+const EXPORTER: &str = "metrics-exporter-prometheus";
+
+/// The workspace crates a workspace crate may depend on (normal and build dependencies; dev-
+/// dependencies excepted), by the prefix of its name: the arrows ARCHITECTURE.md draws. Crates
+/// not listed (the server, bench, xtask) may depend on any.
+const ARROWS: &[(&str, &[&str])] = &[
+    ("ironbus-store-", &[CORE]),
+    ("ironbus-transport-", &[CORE]),
+    (METRICS, &[CORE, "ironbus-transport-amqp", "ironbus-transport-http"]),
+];
 
 const DOCS: &[&str] = &["README.md", "ARCHITECTURE.md"];
 
@@ -51,8 +70,26 @@ fn dependencies_point_inward() {
     let found = outward_dependencies(workspace_graph());
     assert!(
         found.is_empty(),
-        "stores and transports may depend on no workspace crate but {CORE} \
-         (dev-dependencies excepted):\n  {}",
+        "stores and transports may depend on no workspace crate but {CORE}, and {METRICS} on \
+         no other but the transports (dev-dependencies excepted):\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn only_the_metrics_crate_knows_the_exporter() {
+    let graph = workspace_graph();
+    assert!(
+        graph
+            .edges(graph.member_id(METRICS).unwrap())
+            .iter()
+            .any(|e| graph.name(&e.to) == EXPORTER),
+        "{METRICS} does not depend on {EXPORTER}: the check below proves nothing"
+    );
+    let found = exporter_dependents(graph);
+    assert!(
+        found.is_empty(),
+        "only {METRICS} may depend on {EXPORTER} (the others use it through {METRICS}):\n  {}",
         found.join("\n  ")
     );
 }
@@ -193,8 +230,10 @@ fn check_line_count(name: &str, text: &str, max: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// The metric catalogues, whose string constants name every metric ironbus emits.
-const METRIC_CATALOGUES: &[&str] = &["core/src/metrics.rs", "transport-http/src/metrics.rs"];
+/// The files whose string constants name every metric ironbus records (the catalogue in
+/// `metrics/src/catalogue.rs` lists each of them, as its tests check).
+const METRIC_CATALOGUES: &[&str] =
+    &["core/src/metrics.rs", "transport-http/src/metrics.rs", "metrics/src/amqp.rs"];
 /// The Grafana dashboard that ships in the repository.
 const DASHBOARD: &str = "deploy/grafana/ironbus.json";
 
@@ -401,20 +440,34 @@ fn path_to(
     rendered
 }
 
-/// Stores' and transports' dependencies (normal or build) on workspace crates other than core.
+/// Dependencies (normal or build) of workspace crates on workspace crates that [`ARROWS`]
+/// does not allow them.
 fn outward_dependencies(graph: &Graph) -> Vec<String> {
     let mut found = Vec::new();
     for id in &graph.members {
         let name = graph.name(id);
-        if !INWARD_PREFIXES.iter().any(|prefix| name.starts_with(prefix)) {
+        let Some((_, allowed)) = ARROWS.iter().find(|(prefix, _)| name.starts_with(prefix)) else {
             continue;
-        }
+        };
         for edge in graph.edges(id) {
             let to = graph.name(&edge.to);
             let production = edge.kinds.iter().any(|kind| *kind != DepKind::Dev);
-            if production && graph.members.contains(&edge.to) && to != CORE {
+            if production && graph.members.contains(&edge.to) && !allowed.contains(&to) {
                 found.push(format!("{name} -> {to}"));
             }
+        }
+    }
+    found
+}
+
+/// Workspace crates other than [`METRICS`] that depend on the exporter directly, through any
+/// kind of dependency.
+fn exporter_dependents(graph: &Graph) -> Vec<String> {
+    let mut found = Vec::new();
+    for id in &graph.members {
+        let name = graph.name(id);
+        if name != METRICS && graph.edges(id).iter().any(|edge| graph.name(&edge.to) == EXPORTER) {
+            found.push(format!("{name} -> {EXPORTER}"));
         }
     }
     found
@@ -619,6 +672,48 @@ fn inward_check_accepts_core_registry_crates_and_dev_dependencies() {
         ],
     );
     assert_eq!(outward_dependencies(&graph), Vec::<String>::new());
+}
+
+#[test]
+fn metrics_crate_depending_on_a_store_or_the_server_is_reported() {
+    let graph = synthetic_graph(
+        &[
+            "ironbus-core",
+            "ironbus-store-memory",
+            "ironbus-transport-http",
+            "ironbus-metrics",
+            "ironbus",
+        ],
+        &[
+            ("ironbus-metrics", "ironbus-core", None),
+            ("ironbus-metrics", "ironbus-transport-http", None),
+            ("ironbus-metrics", "ironbus-store-memory", None),
+            ("ironbus-metrics", "ironbus", Some("build")),
+            ("ironbus-metrics", "ironbus-store-memory", Some("dev")),
+            ("ironbus", "ironbus-metrics", None),
+        ],
+    );
+    assert_eq!(
+        outward_dependencies(&graph),
+        ["ironbus-metrics -> ironbus-store-memory", "ironbus-metrics -> ironbus"]
+    );
+}
+
+#[test]
+fn exporter_named_outside_the_metrics_crate_is_reported() {
+    let graph = synthetic_graph(
+        &["ironbus-core", "ironbus-metrics", "ironbus", "ironbus-bench"],
+        &[
+            ("ironbus-metrics", "ironbus-core", None),
+            ("ironbus-metrics", EXPORTER, None),
+            ("ironbus", "ironbus-metrics", None),
+            ("ironbus", EXPORTER, None),
+            ("ironbus-bench", EXPORTER, Some("dev")),
+        ],
+    );
+    let mut found = exporter_dependents(&graph);
+    found.sort();
+    assert_eq!(found, [format!("ironbus -> {EXPORTER}"), format!("ironbus-bench -> {EXPORTER}")]);
 }
 
 #[test]

@@ -1,9 +1,13 @@
-//! [`Tally`]: per-message counters of one cycle, added to the metrics once at its end.
+//! [`Tally`]: per-message counters of one cycle, added to the metrics once its write succeeded.
+
+use std::sync::Arc;
 
 use crate::message::Disposition;
 use crate::metrics as m;
 
-/// Messages in, out and settled in one cycle: recorded once per cycle, not per message.
+/// Messages in, out and settled in one cycle: recorded once per cycle, not per message, and
+/// only if the cycle's write succeeded (a failed write's commands are answered with errors and
+/// sent again: counting them would count them twice).
 #[derive(Debug, Default)]
 pub(crate) struct Tally {
     pub(crate) incoming: u64,
@@ -14,6 +18,15 @@ pub(crate) struct Tally {
     pub(crate) filtered_out: u64,
     /// A subscription's lane: copies dead-lettered because a rule failed to evaluate.
     pub(crate) dead_lettered_filter: u64,
+    /// Set when the cycle ends ([`Tally::record`]): the labels its counts go under once its
+    /// write succeeded ([`Tally::written`]).
+    labels: Option<Labels>,
+}
+
+#[derive(Debug)]
+struct Labels {
+    entity_kind: &'static str,
+    subscription: Option<Arc<str>>,
 }
 
 pub(crate) const SETTLEMENT_OUTCOMES: [&str; 5] =
@@ -27,11 +40,30 @@ impl Tally {
         }
     }
 
-    /// Adds the cycle's counts to the metrics, labelled with the kind of entity the lane
-    /// belongs to (queue, topic, subscription), and starts again from zero.
+    /// Ends the cycle's counting: its counts are to be recorded under these labels, the kind
+    /// of entity the lane belongs to (queue, topic, subscription) and, when subscriptions'
+    /// own metrics are on, the subscription's path. Nothing reaches the metrics before
+    /// [`Tally::written`].
     pub(crate) fn record(&mut self, entity_kind: &'static str, subscription: Option<&str>) {
+        let counted = self.incoming
+            + self.outgoing
+            + self.settlements.iter().sum::<u64>()
+            + self.filtered_out
+            + self.dead_lettered_filter;
+        if counted > 0 {
+            self.labels = Some(Labels { entity_kind, subscription: subscription.map(Arc::from) });
+        }
+    }
+
+    /// The cycle's write is done: if it succeeded, its counts go to the metrics under the
+    /// labels [`Tally::record`] gave; either way the tally starts again from zero.
+    pub(crate) fn written(&mut self, succeeded: bool) {
         let tally = std::mem::take(self);
-        if let Some(entity) = subscription {
+        let Some(Labels { entity_kind, subscription }) = tally.labels else { return };
+        if !succeeded {
+            return;
+        }
+        if let Some(entity) = subscription.as_deref() {
             let per = [
                 (m::SUBSCRIPTION_MESSAGES_INCOMING_TOTAL, tally.incoming),
                 (m::SUBSCRIPTION_MESSAGES_OUTGOING_TOTAL, tally.outgoing),

@@ -57,17 +57,25 @@ pub(crate) struct TopicPart {
     pub(crate) filtering: bool,
     /// The topic's name, for errors.
     name: String,
+    /// Whether each subscription's lane records its own metrics, labelled with its path.
+    metrics_entity_labels: bool,
 }
 
 impl TopicPart {
-    pub(crate) fn new(name: String, filtering: bool) -> Self {
+    pub(crate) fn new(name: String, filtering: bool, metrics_entity_labels: bool) -> Self {
         TopicPart {
             lanes: Vec::new(),
             refs: HashMap::new(),
             pinned: HashMap::new(),
             filtering,
             name,
+            metrics_entity_labels,
         }
+    }
+
+    /// The `entity` label of a lane's own metrics, `None` when they are off.
+    fn metric_entity(&self, config: &LaneConfig) -> Option<Arc<str>> {
+        self.metrics_entity_labels.then(|| config.name.clone())
     }
 
     pub(crate) fn add_lane(&mut self, cx: &PartitionContext, lane: Lane) {
@@ -80,7 +88,7 @@ impl TopicPart {
         );
         state.shared_bodies = true;
         state.entity_kind = "subscription";
-        state.metric_entity = Some(lane.config.name.clone());
+        state.metric_entity = self.metric_entity(&lane.config);
         let sub = SubLane { id: lane.id, shared: lane.shared, config: lane.config, state };
         match self.lanes.binary_search_by_key(&lane.id, |l| l.id) {
             Ok(i) => self.lanes[i] = sub,
@@ -94,10 +102,11 @@ impl TopicPart {
     }
 
     pub(crate) fn configure(&mut self, id: LaneId, config: Arc<LaneConfig>, now: Timestamp) {
+        let entity = self.metric_entity(&config);
         if let Ok(i) = self.lanes.binary_search_by_key(&id, |l| l.id) {
             let lane = &mut self.lanes[i];
             lane.state.set_description(config.description.clone(), now);
-            lane.state.metric_entity = Some(config.name.clone());
+            lane.state.metric_entity = entity;
             lane.config = config;
         }
     }
@@ -105,10 +114,11 @@ impl TopicPart {
     /// [`TopicPart::configure`] while the partition cannot write: messages move between
     /// sub-queues when it is rebuilt.
     pub(crate) fn configure_later(&mut self, id: LaneId, config: Arc<LaneConfig>) {
+        let entity = self.metric_entity(&config);
         if let Ok(i) = self.lanes.binary_search_by_key(&id, |l| l.id) {
             let lane = &mut self.lanes[i];
             lane.state.description = config.description.clone();
-            lane.state.metric_entity = Some(config.name.clone());
+            lane.state.metric_entity = entity;
             lane.config = config;
         }
     }
