@@ -23,14 +23,14 @@ use serde_json::{Map, Value};
 
 /// A queue the file declares.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeclaredQueue {
+pub(crate) struct DeclaredQueue {
     pub name: String,
     pub description: QueueDescription,
 }
 
 /// A topic the file declares, with its subscriptions.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeclaredTopic {
+pub(crate) struct DeclaredTopic {
     pub name: String,
     pub description: TopicDescription,
     pub subscriptions: Vec<DeclaredSubscription>,
@@ -38,7 +38,7 @@ pub struct DeclaredTopic {
 
 /// A subscription the file declares, with its rules (none: `$Default`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct DeclaredSubscription {
+pub(crate) struct DeclaredSubscription {
     pub name: String,
     pub description: SubscriptionDescription,
     pub rules: Vec<(String, RuleDescription)>,
@@ -46,14 +46,14 @@ pub struct DeclaredSubscription {
 
 /// Everything the file declares.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Declared {
+pub(crate) struct Declared {
     pub queues: Vec<DeclaredQueue>,
     pub topics: Vec<DeclaredTopic>,
 }
 
 impl Declared {
     /// Queues, topics, subscriptions and rules declared.
-    pub fn entity_count(&self) -> usize {
+    pub(crate) fn entity_count(&self) -> usize {
         self.queues.len()
             + self
                 .topics
@@ -64,7 +64,7 @@ impl Declared {
 }
 
 /// Parses the file's text into the entities it declares.
-pub fn parse(text: &str) -> Result<Declared> {
+pub(crate) fn parse(text: &str) -> Result<Declared> {
     let root: Value = serde_json::from_str(text).context("config is not valid JSON")?;
     let namespaces = root
         .get("UserConfig")
@@ -317,7 +317,7 @@ fn property_value(name: &str, value: &Value) -> Result<PropertyValue> {
 }
 
 /// The name of the (first) namespace the file declares, which `$namespaceinfo` reports.
-pub fn namespace_name(text: &str) -> Option<String> {
+pub(crate) fn namespace_name(text: &str) -> Option<String> {
     let root: Value = serde_json::from_str(text).ok()?;
     let name = root.get("UserConfig")?.get("Namespaces")?.get(0)?.get("Name")?.as_str()?;
     Some(name.to_owned()).filter(|n| !n.is_empty())
@@ -371,7 +371,7 @@ fn queue_description(properties: Option<&Value>) -> Result<QueueDescription> {
 
 /// The namespace's policies: the root policy (RootManageSharedAccessKey), those given with
 /// `--policy`, then those the config file at `config` declares. Names must be unique.
-pub fn authorizer(
+pub(crate) fn authorizer(
     root: SasPolicy,
     flags: &[SasPolicy],
     config: Option<&std::path::Path>,
@@ -388,7 +388,7 @@ pub fn authorizer(
 
 /// The namespace policies the file declares beyond the root key (an ironbus extension of the
 /// emulator's format): `UserConfig.Namespaces[].Policies`, each `{"Name", "Key", "Rights"}`.
-pub fn policies(text: &str) -> Result<Vec<SasPolicy>> {
+pub(crate) fn policies(text: &str) -> Result<Vec<SasPolicy>> {
     let root: Value = serde_json::from_str(text).context("config is not valid JSON")?;
     let namespaces = root.get("UserConfig").and_then(|u| u.get("Namespaces"));
     let mut policies = Vec::new();
@@ -443,7 +443,7 @@ fn authorization_rules(value: &Value) -> Result<Vec<AuthorizationRule>> {
 
 /// Parses an ISO 8601 duration as .NET writes time spans: `PT1M`, `PT20S`, `P14D`, `PT0.5S`,
 /// `P10675199DT2H48M5.4775807S`.
-pub fn iso_duration(text: &str) -> Result<Duration> {
+pub(crate) fn iso_duration(text: &str) -> Result<Duration> {
     let invalid = || anyhow::anyhow!("{text:?} is not an ISO 8601 duration such as PT1M");
     let rest = text.strip_prefix('P').ok_or_else(invalid)?;
     let (date, time) = match rest.split_once('T') {
@@ -479,7 +479,7 @@ pub fn iso_duration(text: &str) -> Result<Duration> {
 
 /// Creates the declared entities that do not exist yet. Existing ones are left as they are
 /// (their messages kept). Returns how many were created.
-pub async fn apply(broker: &Broker, declared: &Declared) -> Result<usize> {
+pub(crate) async fn apply(broker: &Broker, declared: &Declared) -> Result<usize> {
     let mut created = 0;
     // Forward targets must exist first: topics (which never forward) before every queue, each
     // queue after the queues it forwards to, and subscriptions (which may forward to queues and

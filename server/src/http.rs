@@ -25,7 +25,7 @@ enum TierArg {
 
 /// The HTTP listeners' options.
 #[derive(Debug, Args)]
-pub struct HttpArgs {
+pub(crate) struct HttpArgs {
     /// Where the plain HTTP listener binds (REST, management, /health, /metrics), or `off`.
     #[arg(long, env = "IRONBUS_HTTP_ADDR", default_value = "127.0.0.1:5300")]
     http_addr: String,
@@ -44,7 +44,7 @@ pub struct HttpArgs {
     testing_fault_injection: bool,
 }
 
-pub fn parse_addr(flag: &str, value: &str) -> Result<Option<SocketAddr>> {
+pub(crate) fn parse_addr(flag: &str, value: &str) -> Result<Option<SocketAddr>> {
     if value.eq_ignore_ascii_case("off") {
         return Ok(None);
     }
@@ -56,7 +56,7 @@ pub fn parse_addr(flag: &str, value: &str) -> Result<Option<SocketAddr>> {
 
 impl HttpArgs {
     /// The addresses that will be served, for the loopback check of the development key.
-    pub fn addrs(&self) -> Result<Vec<SocketAddr>> {
+    pub(crate) fn addrs(&self) -> Result<Vec<SocketAddr>> {
         Ok([parse_addr("http-addr", &self.http_addr)?, parse_addr("https-addr", &self.https_addr)?]
             .into_iter()
             .flatten()
@@ -64,12 +64,12 @@ impl HttpArgs {
     }
 
     /// Where the HTTPS listener binds, unless it is off.
-    pub fn https_addr(&self) -> Result<Option<SocketAddr>> {
+    pub(crate) fn https_addr(&self) -> Result<Option<SocketAddr>> {
         parse_addr("https-addr", &self.https_addr)
     }
 
     /// Wraps every store in a fault injector when testing asked for one.
-    pub fn wrap_stores(&self, stores: Vec<Arc<dyn Store>>) -> WrappedStores {
+    pub(crate) fn wrap_stores(&self, stores: Vec<Arc<dyn Store>>) -> WrappedStores {
         if !self.testing_fault_injection {
             return (stores, None);
         }
@@ -81,11 +81,11 @@ impl HttpArgs {
 }
 
 /// The stores the broker opens, and the fault injectors around them when testing asked.
-pub type WrappedStores = (Vec<Arc<dyn Store>>, Option<Vec<Arc<FaultyStore>>>);
+pub(crate) type WrappedStores = (Vec<Arc<dyn Store>>, Option<Vec<Arc<FaultyStore>>>);
 
 /// Binds the HTTP listeners; `None` when both are off.
 #[allow(clippy::too_many_arguments, reason = "each is one piece of the server's assembly")]
-pub async fn bind(
+pub(crate) async fn bind(
     args: &HttpArgs,
     certificate: Option<&Certificate>,
     authorizer: Arc<Authorizer>,
@@ -127,7 +127,7 @@ pub async fn bind(
 
 /// AMQP over WebSockets: each connection the HTTP listeners upgrade on `/$servicebus/websocket`
 /// is handed to the AMQP transport, which serves it under its own connection limits.
-pub fn websocket_hook(streams: StreamSender) -> WebSocketHook {
+pub(crate) fn websocket_hook(streams: StreamSender) -> WebSocketHook {
     Arc::new(move |socket, peer| {
         if !streams.send(socket, peer) {
             tracing::debug!(%peer, "websocket dropped: the AMQP transport takes no more");
