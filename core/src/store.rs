@@ -121,14 +121,25 @@ pub enum StoreErrorKind {
 
 /// A store failure: a kind to branch on, a message for people, and the engine's own error
 /// when there is one (`std::error::Error::source`).
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("store {kind}: {message}")]
+#[derive(Debug, Clone)]
 pub struct StoreError {
     pub kind: StoreErrorKind,
     pub message: String,
     /// What the store's engine reported, when the failure came from it.
-    #[source]
     pub source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "store {}: {}", self.kind, self.message)
+    }
+}
+
+/// The source is the engine's own error (downcast it to the engine's type), not the `Arc`.
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+    }
 }
 
 /// Two store errors are equal when their kind and message are: the engine's error is context.
