@@ -2,9 +2,9 @@
 //! session window), and their settlement: dispositions read, handed to the broker per entity
 //! and partition, outcomes echoed.
 
-use fe2o3_amqp_types::definitions::{Handle, Role};
+use fe2o3_amqp_types::definitions::Role;
 use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Modified, Outcome, Rejected, Released};
-use fe2o3_amqp_types::performatives::{Disposition, Transfer};
+use fe2o3_amqp_types::performatives::Disposition;
 use fe2o3_amqp_types::primitives::Value;
 use ironbus_core::{
     ApplicationProperties, Disposition as CoreDisposition, EntityAddress, LockToken,
@@ -118,19 +118,7 @@ impl Connection {
             self.largest_payload = self.largest_payload.max(payload.len());
             let delivery_id = session.next_delivery_id;
             session.next_delivery_id = delivery_id.wrapping_add(1);
-            let transfer = Transfer {
-                handle: Handle(handle),
-                delivery_id: Some(delivery_id),
-                delivery_tag: Some(tag.into()),
-                message_format: Some(0),
-                settled: Some(settled),
-                more: false,
-                rcv_settle_mode: None,
-                state: None,
-                resume: false,
-                aborted: false,
-                batchable: false,
-            };
+            let transfer = frame::delivery_transfer(handle, delivery_id, tag, settled);
             let frames =
                 frame::write_transfer(&mut self.out, channel, transfer, payload, max_frame);
             session.next_outgoing_id = session.next_outgoing_id.wrapping_add(frames);
