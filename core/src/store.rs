@@ -16,6 +16,7 @@
 //! (feature `testing`).
 
 use std::fmt;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -222,6 +223,23 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     fn health(&self) -> StoreHealth;
 }
 
+/// The bounds of a range of keys, as `BTreeMap::range` takes them.
+pub type KeyRange<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
+
+/// The bounds of the range `start <= key < end` that [`Store::scan`] and
+/// [`BatchOp::DeleteRange`] cover: an empty `end` means no upper bound; `None` when the range
+/// is empty (`start >= end`, `end` non-empty). Never an inverted pair of bounds (on which
+/// `BTreeMap::range` panics).
+pub fn range_bounds<'a>(start: &'a [u8], end: &'a [u8]) -> Option<KeyRange<'a>> {
+    if end.is_empty() {
+        Some((Bound::Included(start), Bound::Unbounded))
+    } else if start < end {
+        Some((Bound::Included(start), Bound::Excluded(end)))
+    } else {
+        None
+    }
+}
+
 /// The smallest key greater than every key that starts with `prefix`, for use as a scan's `end`.
 /// Returns an empty vector (no upper bound) when the prefix is all `0xff` bytes.
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
@@ -237,7 +255,21 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::prefix_end;
+    use std::ops::Bound;
+
+    use super::{prefix_end, range_bounds};
+
+    #[test]
+    fn range_bounds_treat_an_empty_end_as_unbounded_and_drop_empty_ranges() {
+        assert_eq!(range_bounds(b"m", b""), Some((Bound::Included(&b"m"[..]), Bound::Unbounded)));
+        assert_eq!(
+            range_bounds(b"a", b"b"),
+            Some((Bound::Included(&b"a"[..]), Bound::Excluded(&b"b"[..])))
+        );
+        assert_eq!(range_bounds(b"", b""), Some((Bound::Included(&b""[..]), Bound::Unbounded)));
+        assert_eq!(range_bounds(b"b", b"b"), None);
+        assert_eq!(range_bounds(b"c", b"a"), None);
+    }
 
     #[test]
     fn prefix_end_increments_last_byte_and_drops_trailing_ff() {

@@ -20,12 +20,13 @@
 //! `ironbus-core`.
 
 use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::{PoisonError, RwLock};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use ironbus_core::store::{BatchOp, KeyValue, Store, StoreError, StoreHealth, WriteBatch};
+use ironbus_core::store::{
+    range_bounds, BatchOp, KeyValue, Store, StoreError, StoreHealth, WriteBatch,
+};
 
 /// An in-memory, non-durable [`Store`]. Cheap to create; share it as `Arc<MemoryStore>`.
 #[derive(Debug, Default)]
@@ -37,21 +38,6 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
-    }
-}
-
-/// Bounds for `BTreeMap::range` over byte-string keys.
-type KeyRange<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
-
-/// The bounds of `start <= key < end`, or `None` when that range is empty. An empty `end` means
-/// "no upper bound".
-fn range_bounds<'a>(start: &'a [u8], end: &'a [u8]) -> Option<KeyRange<'a>> {
-    if end.is_empty() {
-        Some((Bound::Included(start), Bound::Unbounded))
-    } else if start < end {
-        Some((Bound::Included(start), Bound::Excluded(end)))
-    } else {
-        None
     }
 }
 

@@ -6,6 +6,10 @@
 //! bound (an empty `end`) still has one RocksDB can use: `DATA_END`. Changing this layout makes
 //! existing databases unreadable.
 
+use std::ops::Bound;
+
+use ironbus_core::store::range_bounds;
+
 /// The first byte of every stored data key.
 pub(crate) const DATA_TAG: u8 = 0x01;
 /// The smallest RocksDB key past every data key.
@@ -19,16 +23,15 @@ pub(crate) fn data_key(key: &[u8]) -> Vec<u8> {
     stored
 }
 
-/// The RocksDB bounds `[start, end)` of the core's range `[start, end)`, where an empty `end`
-/// means no upper bound; `None` when the range is empty (`start >= end`, `end` non-empty).
+/// The RocksDB bounds `[start, end)` of the core's range `[start, end)`, as
+/// [`range_bounds`] reads it (an empty `end` means no upper bound, here `DATA_END`); `None` when
+/// the range is empty.
 pub(crate) fn data_range(start: &[u8], end: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
-    if end.is_empty() {
-        Some((data_key(start), DATA_END.to_vec()))
-    } else if start < end {
-        Some((data_key(start), data_key(end)))
-    } else {
-        None
-    }
+    let end = match range_bounds(start, end)?.1 {
+        Bound::Excluded(end) => data_key(end),
+        Bound::Included(_) | Bound::Unbounded => DATA_END.to_vec(),
+    };
+    Some((data_key(start), end))
 }
 
 /// The core's key for a stored data key, or `None` for a key outside the data keyspace.

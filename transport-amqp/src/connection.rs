@@ -155,12 +155,9 @@ pub async fn serve<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut connection, writer, mut reader) = start(read, write, cx);
-    let outcome = tokio::select! {
-        r = connection.handshake(&mut reader) => r,
-        () = shutdown.wait() => Err(FrameError::Closed),
-    };
-    match outcome {
+    let (mut connection, writer, mut reader, handshake) =
+        start(read, write, cx, &mut shutdown).await;
+    match handshake {
         Ok(()) => connection.run(&mut reader, &mut shutdown).await,
         Err(e) => tracing::debug!(?peer, error = %e, "handshake failed"),
     }
@@ -192,12 +189,9 @@ pub async fn refuse<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut connection, writer, mut reader) = start(read, write, cx);
-    let outcome = tokio::select! {
-        r = connection.handshake(&mut reader) => r,
-        () = shutdown.wait() => Err(FrameError::Closed),
-    };
-    if outcome.is_err() {
+    let (mut connection, writer, mut reader, handshake) =
+        start(read, write, cx, &mut shutdown).await;
+    if handshake.is_err() {
         drop(connection);
         let _ = writer.await;
         return;
@@ -218,12 +212,14 @@ pub async fn refuse<R, W>(
     let _ = tokio::join!(writer, tokio::time::timeout(ABORT_GRACE, answered));
 }
 
-/// A frame reader, a connection and its writer task over the stream's halves.
-fn start<R, W>(
+/// A connection, its writer task and its frame reader over the stream's halves, and how the
+/// connection's handshake went (cut short by shutdown).
+async fn start<R, W>(
     read: R,
     write: W,
     cx: Arc<ConnectionContext>,
-) -> (Connection, tokio::task::JoinHandle<()>, FrameReader<R>)
+    shutdown: &mut Shutdown,
+) -> (Connection, tokio::task::JoinHandle<()>, FrameReader<R>, Result<(), FrameError>)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -247,8 +243,13 @@ where
         cx.write_stall_timeout,
         cx.max_write_buffer / 2,
     ));
-    let connection = Connection::new(cx, tx, outbox, watcher);
-    (connection, writer, FrameReader::new(read))
+    let mut connection = Connection::new(cx, tx, outbox, watcher);
+    let mut reader = FrameReader::new(read);
+    let handshake = tokio::select! {
+        r = connection.handshake(&mut reader) => r,
+        () = shutdown.wait() => Err(FrameError::Closed),
+    };
+    (connection, writer, reader, handshake)
 }
 
 /// What a connection and its writer task share: the bytes handed over and not yet written,
@@ -294,6 +295,24 @@ impl Outbox {
         true
     }
 
+    /// What a socket write or flush the writer gave its stall time-out to make progress came
+    /// to: its result, or `None` when the writer must stop, having said why (`gone`, and
+    /// `stalled` when the socket accepted nothing in time rather than failed). Takes the
+    /// outcome rather than the future, so that the writer's future holds no more than the
+    /// time-out.
+    fn within_stall<T>(
+        &self,
+        outcome: Result<std::io::Result<T>, tokio::time::error::Elapsed>,
+    ) -> Option<T> {
+        match outcome {
+            Ok(Ok(value)) => return Some(value),
+            Ok(Err(_)) => {}
+            Err(_) => self.stalled.store(true, Ordering::Release),
+        }
+        self.gone.notify_one();
+        None
+    }
+
     fn written(&self, n: usize, resume_below: usize, watcher: &Notify) {
         let before = self.queued.fetch_sub(n, Ordering::SeqCst);
         self.stats.write_buffered.fetch_sub(n, Ordering::Relaxed);
@@ -326,18 +345,11 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             tokio::select! {
                 biased;
                 () = outbox.abort.notified() => break,
-                flushed = tokio::time::timeout(stall, write.flush()) => match flushed {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => {
-                        outbox.gone.notify_one();
+                flushed = tokio::time::timeout(stall, write.flush()) => {
+                    if outbox.within_stall(flushed).is_none() {
                         return;
                     }
-                    Err(_) => {
-                        outbox.stalled.store(true, Ordering::Release);
-                        outbox.gone.notify_one();
-                        return;
-                    }
-                },
+                }
             }
         }
         let mut chunk = tokio::select! {
@@ -358,21 +370,20 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                     rest = chunk;
                     break;
                 }
-                written = tokio::time::timeout(stall, write.write_buf(&mut chunk)) => match written {
-                    Ok(Ok(n)) if n > 0 => {
-                        unflushed = true;
-                        outbox.written(n, resume_below, &watcher);
+                written = tokio::time::timeout(stall, write.write_buf(&mut chunk)) => {
+                    match outbox.within_stall(written) {
+                        Some(n) if n > 0 => {
+                            unflushed = true;
+                            outbox.written(n, resume_below, &watcher);
+                        }
+                        // The socket took no byte: it is closed.
+                        Some(_) => {
+                            outbox.gone.notify_one();
+                            return;
+                        }
+                        None => return,
                     }
-                    Ok(_) => {
-                        outbox.gone.notify_one();
-                        return;
-                    }
-                    Err(_) => {
-                        outbox.stalled.store(true, Ordering::Release);
-                        outbox.gone.notify_one();
-                        return;
-                    }
-                },
+                }
             }
         }
         if !rest.is_empty() {

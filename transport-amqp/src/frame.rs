@@ -15,6 +15,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use fe2o3_amqp::frames::sasl;
+use fe2o3_amqp_types::definitions::Handle;
 use fe2o3_amqp_types::performatives::{Performative, Transfer};
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -263,6 +264,24 @@ pub fn write_sasl(out: &mut BytesMut, frame: &sasl::Frame) {
     end_frame(out, start);
 }
 
+/// The transfer that starts delivery `delivery_id` of a whole message (message format 0) on
+/// link `handle`, as [`write_transfer`] takes it.
+pub fn delivery_transfer(handle: u32, delivery_id: u32, tag: Vec<u8>, settled: bool) -> Transfer {
+    Transfer {
+        handle: Handle(handle),
+        delivery_id: Some(delivery_id),
+        delivery_tag: Some(tag.into()),
+        message_format: Some(0),
+        settled: Some(settled),
+        more: false,
+        rcv_settle_mode: None,
+        state: None,
+        resume: false,
+        aborted: false,
+        batchable: false,
+    }
+}
+
 /// Appends a transfer, split into as many frames as `max_frame_size` needs; the first frame
 /// carries the delivery fields, continuations only the handle (and `more`). Returns the number
 /// of frames written (each uses one transfer id of the session).
@@ -425,23 +444,10 @@ mod lenient {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fe2o3_amqp_types::definitions::Handle;
     use fe2o3_amqp_types::performatives::{Close, Open};
 
     fn transfer() -> Transfer {
-        Transfer {
-            handle: Handle(1),
-            delivery_id: Some(7),
-            delivery_tag: Some(vec![1, 2, 3, 4].into()),
-            message_format: Some(0),
-            settled: Some(false),
-            more: false,
-            rcv_settle_mode: None,
-            state: None,
-            resume: false,
-            aborted: false,
-            batchable: false,
-        }
+        delivery_transfer(1, 7, vec![1, 2, 3, 4], false)
     }
 
     #[tokio::test]

@@ -20,7 +20,8 @@ pub mod subscription;
 pub mod topic;
 
 use ironbus_core::{
-    QueueDescription, RuleDescription, SubscriptionDescription, Tier, Timestamp, TopicDescription,
+    Availability, EntityDescription, EntityKind, QueueDescription, QueueRuntime, RuleDescription,
+    SubscriptionDescription, Tier, Timestamp, TopicDescription,
 };
 
 use crate::error::HttpError;
@@ -181,22 +182,28 @@ pub(crate) fn entry_document(element: &str) -> String {
     out
 }
 
-/// A feed: one page of a listing, its entries already written (without their own namespace
-/// declaration). `path` is the listing's path as the client spelled it (e.g.
-/// `$Resources/queues`); `more` says whether entries remain after this page, which is the only
-/// case with a second (`next`) link: Python follows the second link whenever there are exactly
-/// two.
+/// A feed: one page of a listing of entities of `kind`, their entries already written (by the
+/// kind's `entry_element`, without their own namespace declaration). `path` is the listing's
+/// path as the client spelled it (e.g. `$Resources/queues`); `more` says whether entries remain
+/// after this page, which is the only case with a second (`next`) link: Python follows the
+/// second link whenever there are exactly two.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn feed(
     base: &str,
     path: &str,
-    title: &str,
+    kind: EntityKind,
     skip: usize,
     top: usize,
     entries: &[String],
     more: bool,
     now: Timestamp,
 ) -> String {
+    let title = match kind {
+        EntityKind::Queue => "Queues",
+        EntityKind::Topic => "Topics",
+        EntityKind::Subscription => "Subscriptions",
+        EntityKind::Rule => "Rules",
+    };
     let link = |skip: usize| {
         escape(&format!("{base}/{path}?$skip={skip}&$top={top}&api-version={API_VERSION}"))
     };
@@ -275,6 +282,43 @@ impl Described {
             Described::Subscription(..) => "subscription",
             Described::Rule(_) => "rule",
         }
+    }
+
+    /// The description an update body gives an entity now described by `current`: the body's,
+    /// except that a property fixed at creation which the body left out ([`Omitted`]) keeps
+    /// its current value (Python and JS re-send what they read, but other clients send only what
+    /// they change). `Err` names the body's kind when it is not `current`'s.
+    pub fn into_update(
+        self,
+        current: &EntityDescription,
+        omitted: &Omitted,
+    ) -> Result<EntityDescription, &'static str> {
+        /// Each named field the body left out takes its current value.
+        macro_rules! keep_fixed {
+            ($d:ident, $current:ident: $($field:ident),+) => {
+                $(if omitted.$field {
+                    $d.$field = $current.$field;
+                })+
+            };
+        }
+        Ok(match (self, current) {
+            (Described::Queue(mut d), EntityDescription::Queue(current)) => {
+                keep_fixed!(d, current: enable_partitioning, partition_count, requires_session,
+                    requires_duplicate_detection);
+                EntityDescription::Queue(d)
+            }
+            (Described::Topic(mut d), EntityDescription::Topic(current)) => {
+                keep_fixed!(d, current: enable_partitioning, partition_count,
+                    requires_duplicate_detection);
+                EntityDescription::Topic(d)
+            }
+            (Described::Subscription(mut d, _), EntityDescription::Subscription(current)) => {
+                keep_fixed!(d, current: requires_session);
+                EntityDescription::Subscription(d)
+            }
+            (Described::Rule(d), EntityDescription::Rule(_)) => EntityDescription::Rule(d),
+            (described, _) => return Err(described.kind()),
+        })
     }
 }
 
@@ -410,6 +454,24 @@ pub(crate) fn optional(element: &str, value: Option<&str>) -> String {
     }
 }
 
+/// `<EntityAvailabilityStatus>`'s text for a queue's or subscription's runtime figures:
+/// `Limited` while a partition cannot serve, else (or without figures) `Available`.
+pub(crate) fn availability(runtime: Option<&QueueRuntime>) -> &'static str {
+    match runtime.map(|r| r.availability) {
+        Some(Availability::Limited) => "Limited",
+        _ => "Available",
+    }
+}
+
+/// A forwarding target's element (`ForwardTo`, `ForwardDeadLetteredMessagesTo`) as a URL under
+/// `base`; absent when there is no target.
+pub(crate) fn forward_element(base: &str, element: &str, target: Option<&str>) -> String {
+    match target {
+        Some(t) => format!("<{element}>{}</{element}>", escape(&format!("{base}/{t}"))),
+        None => String::new(),
+    }
+}
+
 pub(crate) fn number<T: std::str::FromStr>(value: &str) -> Result<T, &'static str> {
     value.parse().map_err(|_| "expected a whole number in range")
 }
@@ -442,6 +504,20 @@ mod tests {
             assert!(check_api_version(fine, &large).is_ok(), "{fine:?}");
         }
         assert!(check_api_version(Some("2017-04"), &Omitted::default()).is_ok());
+    }
+
+    #[test]
+    fn feeds_link_next_only_while_entries_remain() {
+        let now = Timestamp::from_millis(0);
+        let queues = |top, more| {
+            feed("https://h", "$Resources/queues", EntityKind::Queue, 0, top, &[], more, now)
+        };
+        let last = queues(100, false);
+        assert_eq!(last.matches("<link ").count(), 1);
+        assert!(last.contains(r#"<title type="text">Queues</title>"#), "{last}");
+        let more = queues(1, true);
+        assert_eq!(more.matches("<link ").count(), 2);
+        assert!(more.contains(r#"rel="next" href="https://h/$Resources/queues?$skip=0&amp;$top=1"#));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use futures_util::FutureExt;
 use ironbus_core::auth::{AuthError, AuthErrorKind, AuthorizationRule, EntityRules, Right};
 use ironbus_core::transport::authorization::{entity_rules, named_entity};
 use ironbus_core::{
-    Availability, Broker, EntityDescription, EntityInfo, EntityKind, EntityPath, QueueDescription,
+    Availability, Broker, EntityDescription, EntityInfo, EntityKind, EntityPath, PathShape,
     QueueInfo, ReceiveMode,
 };
 use serde_json::json;
@@ -154,20 +154,25 @@ impl App {
                 );
                 Ok(xml(StatusCode::OK, atom::ENTRY_CONTENT_TYPE, body))
             }
-            Route::ListQueues => {
+            Route::ListQueues | Route::ListTopics => {
                 *operation = Operation::ListEntities;
                 self.authorize(parts, &path, Right::Manage).await?;
-                self.list_queues(parts, &path, &params).await
-            }
-            Route::ListTopics => {
-                *operation = Operation::ListEntities;
-                self.authorize(parts, &path, Right::Manage).await?;
-                self.list_topics(parts, &path, &params).await
+                let kind =
+                    if route == Route::ListQueues { EntityKind::Queue } else { EntityKind::Topic };
+                let list = |skip, top| self.broker.list_entities(kind, skip, top);
+                self.list(parts, &path, &params, kind, list).await
             }
             Route::ListChildren { parent } => {
                 *operation = Operation::ListEntities;
                 self.authorize(parts, &path, Right::Manage).await?;
-                self.list_children(parts, &path, &parent, &params).await
+                // A topic's children are its subscriptions, a subscription's its rules.
+                let kind = if parent.shape() == PathShape::Subscription {
+                    EntityKind::Rule
+                } else {
+                    EntityKind::Subscription
+                };
+                let list = |skip, top| self.broker.list_children(&parent, skip, top);
+                self.list(parts, &path, &params, kind, list).await
             }
             Route::Entity { path: entity } => {
                 *operation = match parts.method.as_str() {
@@ -380,33 +385,15 @@ impl App {
                         _ => None,
                     };
                     atom::fit_to_tier(tier, &mut described, &omitted, current_size)?;
-                    let update = match (described, &current.description) {
-                        (Described::Queue(mut d), EntityDescription::Queue(current)) => {
-                            keep_fixed(&mut d, current, omitted);
-                            EntityDescription::Queue(d)
-                        }
-                        (Described::Topic(mut d), EntityDescription::Topic(current)) => {
-                            atom::topic::keep_fixed(&mut d, current, omitted);
-                            EntityDescription::Topic(d)
-                        }
-                        (Described::Subscription(mut d, _), EntityDescription::Subscription(c)) => {
-                            if omitted.requires_session {
-                                d.requires_session = c.requires_session;
-                            }
-                            EntityDescription::Subscription(d)
-                        }
-                        (Described::Rule(d), EntityDescription::Rule(_)) => {
-                            EntityDescription::Rule(d)
-                        }
-                        (described, current) => {
-                            return Err(HttpError::bad_request(format!(
+                    let update =
+                        described.into_update(&current.description, &omitted).map_err(|body| {
+                            HttpError::bad_request(format!(
                                 "/{} is a {}; the body describes a {}",
                                 path,
-                                current.kind().as_str(),
-                                described.kind()
-                            )))
-                        }
-                    };
+                                current.description.kind().as_str(),
+                                body
+                            ))
+                        })?;
                     (StatusCode::OK, self.broker.update_entity(path, update).await)
                 } else {
                     atom::fit_to_tier(tier, &mut described, &omitted, None)?;
@@ -431,111 +418,67 @@ impl App {
         }
     }
 
-    /// An entity's entry, of its kind, with its runtime figures when its partitions answer.
+    /// An entity's entry document, of its kind, with its runtime figures when its partitions
+    /// answer.
     async fn entity_entry(
         &self,
         status: StatusCode,
         base: &str,
         info: &EntityInfo,
     ) -> Result<Response, HttpError> {
-        let body = match &info.description {
+        let element = self.entry_element(base, info, true).await?;
+        Ok(xml(status, atom::ENTRY_CONTENT_TYPE, atom::entry_document(&element)))
+    }
+
+    /// An entity's `<entry>` element, of its kind, with its runtime figures when its partitions
+    /// answer (`declare_ns`: whether it declares the Atom namespace, as a document does and a
+    /// feed's entries do not).
+    async fn entry_element(
+        &self,
+        base: &str,
+        info: &EntityInfo,
+        declare_ns: bool,
+    ) -> Result<String, HttpError> {
+        Ok(match &info.description {
             EntityDescription::Queue(_) => {
                 let info = QueueInfo::from_entity(info)
                     .map_err(|e| HttpError::from_broker(e, Plane::Management))?;
-                return self.queue_entry(status, base, &info).await;
+                let runtime = self.broker.get_queue_runtime(&info.name).await.ok();
+                atom::queue::entry_element(base, &info, runtime.as_ref(), declare_ns)
             }
             EntityDescription::Topic(d) => {
                 let runtime = self.broker.get_topic_runtime(&info.path).await.ok();
-                atom::topic::entry(base, info, d, runtime.as_ref())
+                atom::topic::entry_element(base, info, d, runtime.as_ref(), declare_ns)
             }
             EntityDescription::Subscription(d) => {
                 let runtime = self.broker.get_queue_runtime(info.path.as_str()).await.ok();
-                atom::subscription::entry(base, info, d, runtime.as_ref())
+                atom::subscription::entry_element(base, info, d, runtime.as_ref(), declare_ns)
             }
-            EntityDescription::Rule(d) => atom::rule::entry(base, info, d),
-        };
-        Ok(xml(status, atom::ENTRY_CONTENT_TYPE, body))
+            EntityDescription::Rule(d) => atom::rule::entry_element(base, info, d, declare_ns),
+        })
     }
 
-    /// A queue's entry, with its runtime counts when its partitions answer.
-    async fn queue_entry(
-        &self,
-        status: StatusCode,
-        base: &str,
-        info: &QueueInfo,
-    ) -> Result<Response, HttpError> {
-        let runtime = self.broker.get_queue_runtime(&info.name).await.ok();
-        Ok(xml(status, atom::ENTRY_CONTENT_TYPE, atom::queue::entry(base, info, runtime.as_ref())))
-    }
-
-    async fn list_queues(
+    /// One page of a listing of entities of `kind`, which `list(skip, count)` gives, as a feed
+    /// of their entries.
+    async fn list<F>(
         &self,
         parts: &Parts,
         path: &str,
         params: &[(String, String)],
-    ) -> Result<Response, HttpError> {
-        let (Page { skip, top }, page, more) =
-            Page::of(params)?.fetch(|skip, top| self.broker.list_queues(skip, top)).await?;
-        let mut entries = Vec::with_capacity(page.len());
-        for info in page {
-            let runtime = self.broker.get_queue_runtime(&info.name).await.ok();
-            entries.push((info, runtime));
-        }
-        let now = self.broker.clock().now();
-        let body = atom::queue::feed(&self.base(parts), path, skip, top, &entries, more, now);
-        Ok(xml(StatusCode::OK, atom::FEED_CONTENT_TYPE, body))
-    }
-
-    async fn list_topics(
-        &self,
-        parts: &Parts,
-        path: &str,
-        params: &[(String, String)],
-    ) -> Result<Response, HttpError> {
-        let (Page { skip, top }, page, more) = Page::of(params)?
-            .fetch(|skip, top| self.broker.list_entities(EntityKind::Topic, skip, top))
-            .await?;
-        let mut entries = Vec::with_capacity(page.len());
-        for info in page {
-            let EntityDescription::Topic(d) = info.description.clone() else { continue };
-            let runtime = self.broker.get_topic_runtime(&info.path).await.ok();
-            entries.push((info, d, runtime));
-        }
-        let now = self.broker.clock().now();
-        let body = atom::topic::feed(&self.base(parts), path, skip, top, &entries, more, now);
-        Ok(xml(StatusCode::OK, atom::FEED_CONTENT_TYPE, body))
-    }
-
-    /// A topic's subscriptions or a subscription's rules.
-    async fn list_children(
-        &self,
-        parts: &Parts,
-        path: &str,
-        parent: &EntityPath,
-        params: &[(String, String)],
-    ) -> Result<Response, HttpError> {
-        let (Page { skip, top }, page, more) = Page::of(params)?
-            .fetch(|skip, top| self.broker.list_children(parent, skip, top))
-            .await?;
+        kind: EntityKind,
+        list: impl FnOnce(usize, usize) -> F,
+    ) -> Result<Response, HttpError>
+    where
+        F: std::future::Future<Output = ironbus_core::Result<Vec<EntityInfo>>>,
+    {
+        let (Page { skip, top }, page, more) = Page::of(params)?.fetch(list).await?;
         let base = self.base(parts);
-        let now = self.broker.clock().now();
-        let mut subscriptions = Vec::new();
-        let mut rules = Vec::new();
-        for info in page {
-            match info.description.clone() {
-                EntityDescription::Subscription(d) => {
-                    let runtime = self.broker.get_queue_runtime(info.path.as_str()).await.ok();
-                    subscriptions.push((info, d, runtime));
-                }
-                EntityDescription::Rule(d) => rules.push((info, d)),
-                EntityDescription::Queue(_) | EntityDescription::Topic(_) => {}
-            }
+        let mut entries = Vec::with_capacity(page.len());
+        for info in &page {
+            entries.push(self.entry_element(&base, info, false).await?);
         }
-        let body = if parent.shape() == ironbus_core::PathShape::Subscription {
-            atom::rule::feed(&base, path, skip, top, &rules, more, now)
-        } else {
-            atom::subscription::feed(&base, path, skip, top, &subscriptions, more, now)
-        };
+        let now = self.broker.clock().now();
+        let body = atom::feed(&base, path, kind, skip, top, &entries, more, now);
         Ok(xml(StatusCode::OK, atom::FEED_CONTENT_TYPE, body))
     }
 
@@ -642,22 +585,5 @@ impl Page {
         let more = items.len() > self.top;
         items.truncate(self.top);
         Ok((self, items, more))
-    }
-}
-
-/// An update body that leaves out a property fixed at creation keeps the current value (Python
-/// and JS re-send what they read, but other clients send only what they change).
-fn keep_fixed(d: &mut QueueDescription, current: &QueueDescription, omitted: atom::Omitted) {
-    if omitted.enable_partitioning {
-        d.enable_partitioning = current.enable_partitioning;
-    }
-    if omitted.partition_count {
-        d.partition_count = current.partition_count;
-    }
-    if omitted.requires_session {
-        d.requires_session = current.requires_session;
-    }
-    if omitted.requires_duplicate_detection {
-        d.requires_duplicate_detection = current.requires_duplicate_detection;
     }
 }

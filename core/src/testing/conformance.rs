@@ -12,7 +12,6 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::ops::Bound;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -22,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::TempDir;
-use crate::store::{prefix_end, BatchOp, KeyValue, Store, StoreHealth, WriteBatch};
+use crate::store::{prefix_end, range_bounds, BatchOp, KeyValue, Store, StoreHealth, WriteBatch};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -539,20 +538,6 @@ fn random_op(rng: &mut ChaCha8Rng) -> ModelOp {
     }
 }
 
-/// Bounds for `BTreeMap::range` over byte-string keys.
-type KeyRange<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
-
-/// The bounds of `start <= key < end` (an empty `end` is unbounded), or `None` if it is empty.
-fn model_range<'a>(start: &'a [u8], end: &'a [u8]) -> Option<KeyRange<'a>> {
-    if end.is_empty() {
-        Some((Bound::Included(start), Bound::Unbounded))
-    } else if start < end {
-        Some((Bound::Included(start), Bound::Excluded(end)))
-    } else {
-        None
-    }
-}
-
 fn model_apply(model: &mut BTreeMap<Vec<u8>, Vec<u8>>, batch: &WriteBatch) {
     for op in batch.ops() {
         match op {
@@ -563,7 +548,7 @@ fn model_apply(model: &mut BTreeMap<Vec<u8>, Vec<u8>>, batch: &WriteBatch) {
                 model.remove(&key[..]);
             }
             BatchOp::DeleteRange { start, end } => {
-                if let Some(range) = model_range(start, end) {
+                if let Some(range) = range_bounds(start, end) {
                     let doomed: Vec<Vec<u8>> =
                         model.range::<[u8], _>(range).map(|(k, _)| k.clone()).collect();
                     for k in doomed {
@@ -581,7 +566,7 @@ fn model_scan(
     end: &[u8],
     limit: usize,
 ) -> Vec<(Vec<u8>, Vec<u8>)> {
-    match model_range(start, end) {
+    match range_bounds(start, end) {
         Some(range) => {
             model.range::<[u8], _>(range).take(limit).map(|(k, v)| (k.clone(), v.clone())).collect()
         }

@@ -189,8 +189,64 @@ pub(super) fn decode_message_annotations(
     value: &[u8],
     properties: &mut MessageProperties,
 ) -> Result<Option<(usize, Vec<u8>)>> {
+    kept_annotations(value, MESSAGE_ANNOTATIONS, |name, v| {
+        if name == PARTITION_KEY {
+            // A received message sent again by the python SDK carries it as binary (its
+            // decoder turns strings into bytes, its encoder bytes into binary).
+            properties.partition_key = match v {
+                Val::Null => None,
+                Val::String(s) | Val::Symbol(s) | Val::Binary(s) => {
+                    Some(utf8(s, PARTITION_KEY)?.to_owned())
+                }
+                _ => return Err(CodecError::new("x-opt-partition-key is not a string")),
+            };
+            Ok(false)
+        } else if name == SCHEDULED_ENQUEUE_TIME {
+            properties.scheduled_enqueue_time = match v {
+                Val::Null => None,
+                v => Some(Timestamp::from_millis(v.as_i64().ok_or_else(|| {
+                    CodecError::new("x-opt-scheduled-enqueue-time is not a timestamp")
+                })?)),
+            };
+            Ok(false)
+        } else {
+            Ok(!BROKER_OWNED.contains(&name))
+        }
+    })
+}
+
+/// The sender's delivery annotations a stored message keeps, as `(item count, encoded
+/// entries)`, or `None` when nothing is kept. Service Bus hands them to receivers; the broker's
+/// own `x-opt-lock-token` is dropped (a received message sent again carries the token of its
+/// old lock, and each delivery writes its own).
+pub(super) fn decode_delivery_annotations(value: &[u8]) -> Result<Option<(usize, Vec<u8>)>> {
+    kept_annotations(value, DELIVERY_ANNOTATIONS, |name, _| Ok(name != LOCK_TOKEN))
+}
+
+/// The entries of an annotations map (`section`: message or delivery annotations) that are
+/// kept, as `(item count, encoded entries)`, or `None` when none is. An entry with a symbol or
+/// string key is kept when `keep(name, value)` says so, its key re-encoded as a symbol (a
+/// string key would break rs's decoder); one with a ulong key is always kept.
+fn kept_annotations<'a>(
+    value: &'a [u8],
+    section: u8,
+    mut keep: impl FnMut(&str, Val<'a>) -> Result<bool>,
+) -> Result<Option<(usize, Vec<u8>)>> {
+    let [not_a_map, key_name, bad_key] = if section == MESSAGE_ANNOTATIONS {
+        [
+            "message-annotations is not a map",
+            "a message-annotation key",
+            "message-annotation key is not a symbol or ulong",
+        ]
+    } else {
+        [
+            "delivery-annotations is not a map",
+            "a delivery-annotation key",
+            "delivery-annotation key is not a symbol or ulong",
+        ]
+    };
     let Val::Map(map) = Reader::new(value).value()? else {
-        return Err(CodecError::new("message-annotations is not a map"));
+        return Err(CodecError::new(not_a_map));
     };
     let mut r = map.reader();
     let mut kept = Vec::new();
@@ -200,26 +256,8 @@ pub(super) fn decode_message_annotations(
         let (v, value_bytes) = r.value_with_bytes()?;
         match key {
             Val::Symbol(name) | Val::String(name) => {
-                let name = utf8(name, "a message-annotation key")?;
-                if name == PARTITION_KEY {
-                    // A received message sent again by the python SDK carries it as binary (its
-                    // decoder turns strings into bytes, its encoder bytes into binary).
-                    properties.partition_key = match v {
-                        Val::Null => None,
-                        Val::String(s) | Val::Symbol(s) | Val::Binary(s) => {
-                            Some(utf8(s, PARTITION_KEY)?.to_owned())
-                        }
-                        _ => return Err(CodecError::new("x-opt-partition-key is not a string")),
-                    };
-                } else if name == SCHEDULED_ENQUEUE_TIME {
-                    properties.scheduled_enqueue_time = match v {
-                        Val::Null => None,
-                        v => Some(Timestamp::from_millis(v.as_i64().ok_or_else(|| {
-                            CodecError::new("x-opt-scheduled-enqueue-time is not a timestamp")
-                        })?)),
-                    };
-                } else if !BROKER_OWNED.contains(&name) {
-                    // Re-encode the key as a symbol (a string key would break rs's decoder).
+                let name = utf8(name, key_name)?;
+                if keep(name, v)? {
                     put_symbol(&mut kept, name.as_bytes());
                     kept.put_slice(value_bytes);
                     count += 2;
@@ -230,41 +268,7 @@ pub(super) fn decode_message_annotations(
                 kept.put_slice(value_bytes);
                 count += 2;
             }
-            _ => return Err(CodecError::new("message-annotation key is not a symbol or ulong")),
-        }
-    }
-    Ok((count > 0).then_some((count, kept)))
-}
-
-/// The sender's delivery annotations a stored message keeps, as `(item count, encoded
-/// entries)`, or `None` when nothing is kept. Service Bus hands them to receivers; the broker's
-/// own `x-opt-lock-token` is dropped (a received message sent again carries the token of its
-/// old lock, and each delivery writes its own).
-pub(super) fn decode_delivery_annotations(value: &[u8]) -> Result<Option<(usize, Vec<u8>)>> {
-    let Val::Map(map) = Reader::new(value).value()? else {
-        return Err(CodecError::new("delivery-annotations is not a map"));
-    };
-    let mut r = map.reader();
-    let mut kept = Vec::new();
-    let mut count = 0;
-    for _ in 0..map.count / 2 {
-        let (key, key_bytes) = r.value_with_bytes()?;
-        let (_, value_bytes) = r.value_with_bytes()?;
-        match key {
-            Val::Symbol(name) | Val::String(name) => {
-                let name = utf8(name, "a delivery-annotation key")?;
-                if name != LOCK_TOKEN {
-                    put_symbol(&mut kept, name.as_bytes());
-                    kept.put_slice(value_bytes);
-                    count += 2;
-                }
-            }
-            Val::ULong(_) => {
-                kept.put_slice(key_bytes);
-                kept.put_slice(value_bytes);
-                count += 2;
-            }
-            _ => return Err(CodecError::new("delivery-annotation key is not a symbol or ulong")),
+            _ => return Err(CodecError::new(bad_key)),
         }
     }
     Ok((count > 0).then_some((count, kept)))

@@ -10,9 +10,9 @@
 //! session link are remembered (bounded), and a later disposition of one fails with
 //! `com.microsoft:session-lock-lost`.
 
-use fe2o3_amqp_types::definitions::{Handle, Role};
+use fe2o3_amqp_types::definitions::Role;
 use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Modified, Outcome, Rejected, Released};
-use fe2o3_amqp_types::performatives::{Disposition, Transfer};
+use fe2o3_amqp_types::performatives::Disposition;
 use fe2o3_amqp_types::primitives::Value;
 use ironbus_core::{
     ApplicationProperties, Disposition as CoreDisposition, EntityAddress, LockToken,
@@ -126,19 +126,7 @@ impl Connection {
             self.largest_payload = self.largest_payload.max(payload.len());
             let delivery_id = session.next_delivery_id;
             session.next_delivery_id = delivery_id.wrapping_add(1);
-            let transfer = Transfer {
-                handle: Handle(handle),
-                delivery_id: Some(delivery_id),
-                delivery_tag: Some(tag.into()),
-                message_format: Some(0),
-                settled: Some(settled),
-                more: false,
-                rcv_settle_mode: None,
-                state: None,
-                resume: false,
-                aborted: false,
-                batchable: false,
-            };
+            let transfer = frame::delivery_transfer(handle, delivery_id, tag, settled);
             let frames =
                 frame::write_transfer(&mut self.out, channel, transfer, payload, max_frame);
             session.next_outgoing_id = session.next_outgoing_id.wrapping_add(frames);

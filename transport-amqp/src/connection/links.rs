@@ -121,6 +121,18 @@ fn session_filter(attach: &Attach) -> Result<Option<Option<String>>, WireError> 
     Ok(Some(id))
 }
 
+/// The attach that accepts `attach`: the same link with the other role, nothing unsettled and
+/// no capabilities (the caller sets what depends on the link).
+fn attach_reply(attach: &Attach) -> Attach {
+    let mut reply = attach.clone();
+    reply.role = if attach.role == Role::Sender { Role::Receiver } else { Role::Sender };
+    reply.unsettled = None;
+    reply.incomplete_unsettled = false;
+    reply.offered_capabilities = None;
+    reply.desired_capabilities = None;
+    reply
+}
+
 fn not_a_session_id() -> WireError {
     WireError::bad_request(format!(
         "the {SESSION_FILTER} filter must be a string naming a session, or null for the next \
@@ -165,6 +177,26 @@ pub(super) struct OutboundLink {
     pub(super) delivery_count: u32,
     pub(super) credit: u32,
     pub(super) draining: bool,
+}
+
+impl OutboundLink {
+    /// A new link on the client's receiver `attach`, from the node at `path`: no deliveries, no
+    /// credit yet.
+    fn new(kind: Outbound, path: String, attach: &Attach) -> Self {
+        let target_address = match attach.target.as_deref() {
+            Some(TargetArchetype::Target(t)) => t.address.clone(),
+            _ => None,
+        };
+        OutboundLink {
+            kind,
+            path,
+            target_address,
+            name: attach.name.clone(),
+            delivery_count: 0,
+            credit: 0,
+            draining: false,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -257,13 +289,8 @@ impl Connection {
             }
         };
 
-        let mut reply = attach.clone();
-        reply.role = if client_sends { Role::Receiver } else { Role::Sender };
-        reply.unsettled = None;
-        reply.incomplete_unsettled = false;
+        let mut reply = attach_reply(&attach);
         reply.properties = None;
-        reply.offered_capabilities = None;
-        reply.desired_capabilities = None;
         let link = if client_sends {
             reply.initial_delivery_count = None;
             let max_message_size = match &node {
@@ -287,10 +314,6 @@ impl Connection {
         } else {
             reply.initial_delivery_count = Some(0);
             reply.max_message_size = None;
-            let target_address = match attach.target.as_deref() {
-                Some(TargetArchetype::Target(t)) => t.address.clone(),
-                _ => None,
-            };
             let kind = match &node {
                 Node::Entity(entity) => {
                     let mode = if attach.snd_settle_mode == SenderSettleMode::Settled {
@@ -321,21 +344,11 @@ impl Connection {
                             LinkReceiver::Session(Arc::new(session))
                         }
                     };
-                    receiver.watch_with(self.watcher.clone());
-                    receiver.set_outstanding(0);
-                    Outbound::Entity { receiver: Arc::new(receiver), address: entity.clone() }
+                    self.deliver_from(receiver, entity.clone())
                 }
                 _ => Outbound::Responses { pending: VecDeque::new() },
             };
-            LinkState::Outbound(OutboundLink {
-                kind,
-                path,
-                target_address,
-                name: attach.name.clone(),
-                delivery_count: 0,
-                credit: 0,
-                draining: false,
-            })
+            LinkState::Outbound(OutboundLink::new(kind, path, &attach))
         };
         frame::write_performative(&mut self.out, channel, &Performative::Attach(reply));
         let inbound_count = match &link {
@@ -360,6 +373,14 @@ impl Connection {
             self.write_link_flow(channel, handle, delivery_count, SENDER_CREDIT, false);
         }
         Ok(())
+    }
+
+    /// What an entity link delivers from `receiver` at `address`: watched by this connection,
+    /// with nothing outstanding until the client gives credit.
+    fn deliver_from(&self, receiver: LinkReceiver, address: EntityAddress) -> Outbound {
+        receiver.watch_with(self.watcher.clone());
+        receiver.set_outstanding(0);
+        Outbound::Entity { receiver: Arc::new(receiver), address }
     }
 
     pub(super) fn refuse(
@@ -513,31 +534,12 @@ impl Connection {
             .unwrap_or_default();
         let Ok(Node::Entity(address)) = resolve(&path) else { return };
         let address_entity = address.entity.clone();
-        let mut reply = attach.clone();
-        reply.role = Role::Sender;
-        reply.unsettled = None;
-        reply.incomplete_unsettled = false;
-        reply.offered_capabilities = None;
-        reply.desired_capabilities = None;
+        let mut reply = attach_reply(&attach);
         reply.initial_delivery_count = Some(0);
         reply.max_message_size = None;
         session_reply(&mut reply, &session);
-        let receiver = LinkReceiver::Session(Arc::new(session));
-        receiver.watch_with(self.watcher.clone());
-        receiver.set_outstanding(0);
-        let target_address = match attach.target.as_deref() {
-            Some(TargetArchetype::Target(t)) => t.address.clone(),
-            _ => None,
-        };
-        let link = LinkState::Outbound(OutboundLink {
-            kind: Outbound::Entity { receiver: Arc::new(receiver), address },
-            path,
-            target_address,
-            name: attach.name.clone(),
-            delivery_count: 0,
-            credit: 0,
-            draining: false,
-        });
+        let kind = self.deliver_from(LinkReceiver::Session(Arc::new(session)), address);
+        let link = LinkState::Outbound(OutboundLink::new(kind, path, &attach));
         frame::write_performative(&mut self.out, channel, &Performative::Attach(reply));
         if let Some(session) = self.sessions.get_mut(&channel) {
             session.txn.note_link(Some(&address_entity));

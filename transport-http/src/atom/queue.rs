@@ -1,22 +1,19 @@
 //! A queue's description in ATOM: the `<QueueDescription>` element of an entry (with the
-//! queue's runtime counts), feeds of queues, and the parsing of a PUT body's description.
+//! queue's runtime counts) and the parsing of a PUT body's description.
 //!
 //! Output is written as text in the one shape both admin clients accept: unprefixed
 //! description elements, `CountDetails` with exactly one `xmlns:d2p1` attribute and prefixed
 //! children. An update that omits a field fixed at creation keeps its value ([`Omitted`]).
 
-use std::time::Duration;
-
-use ironbus_core::{
-    Availability, EntityStatus, QueueDescription, QueueInfo, QueueRuntime, Timestamp,
-};
+use ironbus_core::{QueueDescription, QueueInfo, QueueRuntime};
 
 use crate::atom::authorization;
 use crate::atom::{
-    self, bool_text, entry_document, escape, forward_target, number, CONNECT_NS, IRONBUS_NS, XSI_NS,
+    self, availability, bool_text, entry_document, forward_element, forward_target, optional,
+    Field, CONNECT_NS, IRONBUS_NS, XSI_NS,
 };
 use crate::error::HttpError;
-use crate::timefmt::{iso8601, parse_xml_duration, xml_duration};
+use crate::timefmt::{iso8601, xml_duration};
 
 /// A queue's `<entry>`: description and runtime view together (the admin clients read both
 /// from the same GET). `base` is `scheme://host[:port]` as the client addressed us.
@@ -24,7 +21,7 @@ pub fn entry(base: &str, info: &QueueInfo, runtime: Option<&QueueRuntime>) -> St
     entry_document(&entry_element(base, info, runtime, true))
 }
 
-fn entry_element(
+pub(crate) fn entry_element(
     base: &str,
     info: &QueueInfo,
     runtime: Option<&QueueRuntime>,
@@ -47,18 +44,6 @@ fn description_element(base: &str, info: &QueueInfo, runtime: Option<&QueueRunti
     let d = &info.description;
     let (created, updated) = (iso8601(info.created_at), iso8601(info.updated_at));
     let count = |f: fn(&QueueRuntime) -> u64| runtime.map_or(0, f);
-    let availability = match runtime.map(|r| r.availability) {
-        Some(Availability::Limited) => "Limited",
-        _ => "Available",
-    };
-    let forward = |target: &Option<String>, element: &str| match target {
-        Some(t) => format!("<{element}>{}</{element}>", escape(&format!("{base}/{t}"))),
-        None => String::new(),
-    };
-    let user_metadata = match &d.user_metadata {
-        Some(m) => format!("<UserMetadata>{}</UserMetadata>", escape(m)),
-        None => String::new(),
-    };
     format!(
         concat!(
             r#"<QueueDescription xmlns="{connect}" xmlns:i="{xsi}">"#,
@@ -107,8 +92,8 @@ fn description_element(base: &str, info: &QueueInfo, runtime: Option<&QueueRunti
         messages = count(|r| r.total_message_count),
         rules = authorization::element(&d.authorization_rules, info.created_at, info.updated_at),
         status = d.status.as_str(),
-        forward_to = forward(&d.forward_to, "ForwardTo"),
-        user_metadata = user_metadata,
+        forward_to = forward_element(base, "ForwardTo", d.forward_to.as_deref()),
+        user_metadata = optional("UserMetadata", d.user_metadata.as_deref()),
         count_details = atom::count_details(
             count(|r| r.active_message_count),
             count(|r| r.dead_letter_message_count),
@@ -119,29 +104,16 @@ fn description_element(base: &str, info: &QueueInfo, runtime: Option<&QueueRunti
         auto_delete = xml_duration(d.auto_delete_on_idle),
         express = bool_text(d.enable_express),
         partitioned = bool_text(d.enable_partitioning),
-        availability = availability,
-        forward_dl = forward(&d.forward_dead_lettered_messages_to, "ForwardDeadLetteredMessagesTo"),
+        availability = availability(runtime),
+        forward_dl = forward_element(
+            base,
+            "ForwardDeadLetteredMessagesTo",
+            d.forward_dead_lettered_messages_to.as_deref()
+        ),
         max_message = d.max_message_size_in_kilobytes,
         ironbus = IRONBUS_NS,
         partitions = d.partitions(),
     )
-}
-
-/// A feed of queues, one page of a listing (see [`atom::feed`]).
-pub fn feed(
-    base: &str,
-    path: &str,
-    skip: usize,
-    top: usize,
-    queues: &[(QueueInfo, Option<QueueRuntime>)],
-    more: bool,
-    now: Timestamp,
-) -> String {
-    let entries: Vec<String> = queues
-        .iter()
-        .map(|(info, runtime)| entry_element(base, info, runtime.as_ref(), false))
-        .collect();
-    atom::feed(base, path, "Queues", skip, top, &entries, more, now)
 }
 
 /// The create-only fields a body left out, so an update can keep the current values; and the
@@ -159,86 +131,72 @@ pub struct Omitted {
     pub since_2021_05: Option<&'static str>,
 }
 
+impl Omitted {
+    /// Where a parser starts: every create-only field left out, no newer element given.
+    pub(crate) fn all() -> Self {
+        Omitted {
+            enable_partitioning: true,
+            partition_count: true,
+            requires_session: true,
+            requires_duplicate_detection: true,
+            max_message_size: true,
+            since_2021_05: None,
+        }
+    }
+
+    /// Notes that a queue's or topic's body gives the element `name`, if it is one of those
+    /// tracked here.
+    pub(crate) fn given(&mut self, name: &str) {
+        match name {
+            "EnablePartitioning" => self.enable_partitioning = false,
+            "PartitionCount" => self.partition_count = false,
+            "RequiresSession" => self.requires_session = false,
+            "RequiresDuplicateDetection" => self.requires_duplicate_detection = false,
+            "MaxMessageSizeInKilobytes" => {
+                self.max_message_size = false;
+                self.since_2021_05 = Some("MaxMessageSizeInKilobytes");
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Parses a `<QueueDescription>` element. Omitted writable fields take Service Bus's defaults;
 /// [`Omitted`] says which create-only fields were left out.
 pub(crate) fn parse(
     description: roxmltree::Node<'_, '_>,
 ) -> Result<(QueueDescription, Omitted), HttpError> {
     let mut d = QueueDescription::default();
-    let mut omitted = Omitted {
-        enable_partitioning: true,
-        partition_count: true,
-        requires_session: true,
-        requires_duplicate_detection: true,
-        max_message_size: true,
-        since_2021_05: None,
-    };
+    let mut omitted = Omitted::all();
     for child in description.children().filter(|n| n.is_element()) {
-        let name = child.tag_name().name();
-        let value = child.text().unwrap_or("").trim();
-        let field = |e: &str| HttpError::bad_request(format!("invalid {name} {value:?}: {e}"));
-        let boolean = || match value.to_ascii_lowercase().as_str() {
-            "true" => Ok(true),
-            "false" => Ok(false),
-            _ => Err(field("expected true or false")),
-        };
-        let duration = || -> Result<Duration, HttpError> {
-            parse_xml_duration(value).ok_or_else(|| field("expected an ISO 8601 duration"))
-        };
-        match name {
-            "LockDuration" => d.lock_duration = duration()?,
-            "MaxSizeInMegabytes" => d.max_size_in_megabytes = number(value).map_err(field)?,
-            "RequiresDuplicateDetection" => {
-                d.requires_duplicate_detection = boolean()?;
-                omitted.requires_duplicate_detection = false;
-            }
-            "RequiresSession" => {
-                d.requires_session = boolean()?;
-                omitted.requires_session = false;
-            }
-            "DefaultMessageTimeToLive" => d.default_message_time_to_live = duration()?,
-            "AutoDeleteOnIdle" => d.auto_delete_on_idle = duration()?,
-            "EnableExpress" => d.enable_express = boolean()?,
+        let f = Field::of(child);
+        omitted.given(f.name);
+        match f.name {
+            "LockDuration" => d.lock_duration = f.duration()?,
+            "MaxSizeInMegabytes" => d.max_size_in_megabytes = f.number()?,
+            "RequiresDuplicateDetection" => d.requires_duplicate_detection = f.boolean()?,
+            "RequiresSession" => d.requires_session = f.boolean()?,
+            "DefaultMessageTimeToLive" => d.default_message_time_to_live = f.duration()?,
+            "AutoDeleteOnIdle" => d.auto_delete_on_idle = f.duration()?,
+            "EnableExpress" => d.enable_express = f.boolean()?,
             "DeadLetteringOnMessageExpiration" => {
-                d.dead_lettering_on_message_expiration = boolean()?
+                d.dead_lettering_on_message_expiration = f.boolean()?
             }
             "DuplicateDetectionHistoryTimeWindow" => {
-                d.duplicate_detection_history_time_window = duration()?
+                d.duplicate_detection_history_time_window = f.duration()?
             }
-            "MaxDeliveryCount" => d.max_delivery_count = number(value).map_err(field)?,
-            "EnableBatchedOperations" => d.enable_batched_operations = boolean()?,
-            "Status" => {
-                d.status = match value {
-                    "Active" => EntityStatus::Active,
-                    "Disabled" => EntityStatus::Disabled,
-                    "SendDisabled" => EntityStatus::SendDisabled,
-                    "ReceiveDisabled" => EntityStatus::ReceiveDisabled,
-                    _ => {
-                        return Err(field(
-                            "expected Active, Disabled, SendDisabled or ReceiveDisabled",
-                        ))
-                    }
-                }
-            }
-            "ForwardTo" => d.forward_to = forward_target(value),
+            "MaxDeliveryCount" => d.max_delivery_count = f.number()?,
+            "EnableBatchedOperations" => d.enable_batched_operations = f.boolean()?,
+            "Status" => d.status = f.status()?,
+            "ForwardTo" => d.forward_to = forward_target(f.value),
             "ForwardDeadLetteredMessagesTo" => {
-                d.forward_dead_lettered_messages_to = forward_target(value)
+                d.forward_dead_lettered_messages_to = forward_target(f.value)
             }
-            "UserMetadata" => d.user_metadata = (!value.is_empty()).then(|| value.to_owned()),
+            "UserMetadata" => d.user_metadata = f.text(),
             "AuthorizationRules" => d.authorization_rules = authorization::parse(child)?,
-            "EnablePartitioning" => {
-                d.enable_partitioning = boolean()?;
-                omitted.enable_partitioning = false;
-            }
-            "PartitionCount" => {
-                d.partition_count = number(value).map_err(field)?;
-                omitted.partition_count = false;
-            }
-            "MaxMessageSizeInKilobytes" => {
-                d.max_message_size_in_kilobytes = number(value).map_err(field)?;
-                omitted.max_message_size = false;
-                omitted.since_2021_05 = Some("MaxMessageSizeInKilobytes");
-            }
+            "EnablePartitioning" => d.enable_partitioning = f.boolean()?,
+            "PartitionCount" => d.partition_count = f.number()?,
+            "MaxMessageSizeInKilobytes" => d.max_message_size_in_kilobytes = f.number()?,
             // Read-only and runtime elements (CountDetails, CreatedAt, ...) are ignored.
             _ => {}
         }
@@ -248,6 +206,10 @@ pub(crate) fn parse(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use ironbus_core::{EntityStatus, Timestamp};
+
     use super::*;
     use crate::atom::{parse_description, Described, ATOM_NS, CONNECT_NS, XSI_NS};
 
@@ -335,15 +297,5 @@ mod tests {
         assert!(xml.contains(r#"<CountDetails xmlns:d2p1=""#));
         let (parsed, _) = queue(&xml).unwrap();
         assert_eq!(parsed, description);
-    }
-
-    #[test]
-    fn feeds_link_next_only_while_entries_remain() {
-        let now = Timestamp::from_millis(0);
-        let last = feed("https://h", "$Resources/queues", 0, 100, &[], false, now);
-        assert_eq!(last.matches("<link ").count(), 1);
-        let more = feed("https://h", "$Resources/queues", 0, 1, &[], true, now);
-        assert_eq!(more.matches("<link ").count(), 2);
-        assert!(more.contains(r#"rel="next" href="https://h/$Resources/queues?$skip=0&amp;$top=1"#));
     }
 }

@@ -1,5 +1,5 @@
-//! A rule's description in ATOM: `<RuleDescription>` with its filter and action, feeds of
-//! rules, and the parsing of a rule (also the `DefaultRuleDescription` of a subscription PUT).
+//! A rule's description in ATOM: `<RuleDescription>` with its filter and action, and the
+//! parsing of a rule (also the `DefaultRuleDescription` of a subscription PUT).
 //!
 //! The shapes both clients need (http.md B.7): `i:type` attributes resolved by namespace on
 //! input and written with `i` bound to XMLSchema-instance on output; filter and action type
@@ -134,22 +134,6 @@ fn typed_value(value: &PropertyValue) -> String {
         PropertyValue::String(s) => ("string", s.clone()),
     };
     format!(r#"<Value xmlns:d6p1="{XSD_NS}" i:type="d6p1:{xsd}">{}</Value>"#, escape(&text))
-}
-
-/// A feed of rules (see [`atom::feed`]).
-#[allow(clippy::too_many_arguments)]
-pub fn feed(
-    base: &str,
-    path: &str,
-    skip: usize,
-    top: usize,
-    rules: &[(EntityInfo, RuleDescription)],
-    more: bool,
-    now: Timestamp,
-) -> String {
-    let entries: Vec<String> =
-        rules.iter().map(|(info, rule)| entry_element(base, info, rule, false)).collect();
-    atom::feed(base, path, "Rules", skip, top, &entries, more, now)
 }
 
 /// The `i:type` value of an element, without any prefix.

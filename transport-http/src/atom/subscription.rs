@@ -1,15 +1,13 @@
 //! A subscription's description in ATOM: the `<SubscriptionDescription>` element of an entry
-//! (with the subscription's message counts), feeds of a topic's subscriptions, and the parsing
-//! of a PUT body's description, including an embedded `DefaultRuleDescription` (http.md B.6).
+//! (with the subscription's message counts) and the parsing of a PUT body's description,
+//! including an embedded `DefaultRuleDescription` (http.md B.6).
 
 use ironbus_core::description::DEFAULT_RULE_NAME;
-use ironbus_core::{
-    Availability, EntityInfo, QueueRuntime, RuleDescription, SubscriptionDescription, Timestamp,
-};
+use ironbus_core::{EntityInfo, QueueRuntime, RuleDescription, SubscriptionDescription};
 
 use crate::atom::{
-    self, bool_text, count_details, entry_document, escape, optional, rule, Field, Omitted,
-    CONNECT_NS, XSI_NS,
+    self, availability, bool_text, count_details, entry_document, forward_element, optional, rule,
+    Field, Omitted, CONNECT_NS, XSI_NS,
 };
 use crate::error::HttpError;
 use crate::timefmt::{iso8601, xml_duration};
@@ -51,14 +49,6 @@ fn description_element(
 ) -> String {
     let (created, updated) = (iso8601(info.created_at), iso8601(info.updated_at));
     let count = |f: fn(&QueueRuntime) -> u64| runtime.map_or(0, f);
-    let availability = match runtime.map(|r| r.availability) {
-        Some(Availability::Limited) => "Limited",
-        _ => "Available",
-    };
-    let forward = |target: &Option<String>, element: &str| match target {
-        Some(t) => format!("<{element}>{}</{element}>", escape(&format!("{base}/{t}"))),
-        None => String::new(),
-    };
     format!(
         concat!(
             r#"<SubscriptionDescription xmlns="{connect}" xmlns:i="{xsi}">"#,
@@ -92,7 +82,7 @@ fn description_element(
         max_delivery = d.max_delivery_count,
         batched = bool_text(d.enable_batched_operations),
         status = d.status.as_str(),
-        forward_to = forward(&d.forward_to, "ForwardTo"),
+        forward_to = forward_element(base, "ForwardTo", d.forward_to.as_deref()),
         created = created,
         updated = updated,
         count_details = count_details(
@@ -103,28 +93,14 @@ fn description_element(
             count(|r| r.transfer_dead_letter_message_count),
         ),
         user_metadata = optional("UserMetadata", d.user_metadata.as_deref()),
-        forward_dl = forward(&d.forward_dead_lettered_messages_to, "ForwardDeadLetteredMessagesTo"),
+        forward_dl = forward_element(
+            base,
+            "ForwardDeadLetteredMessagesTo",
+            d.forward_dead_lettered_messages_to.as_deref()
+        ),
         auto_delete = xml_duration(d.auto_delete_on_idle),
-        availability = availability,
+        availability = availability(runtime),
     )
-}
-
-/// A feed of a topic's subscriptions (see [`atom::feed`]).
-#[allow(clippy::too_many_arguments)]
-pub fn feed(
-    base: &str,
-    path: &str,
-    skip: usize,
-    top: usize,
-    subscriptions: &[(EntityInfo, SubscriptionDescription, Option<QueueRuntime>)],
-    more: bool,
-    now: Timestamp,
-) -> String {
-    let entries: Vec<String> = subscriptions
-        .iter()
-        .map(|(info, d, runtime)| entry_element(base, info, d, runtime.as_ref(), false))
-        .collect();
-    atom::feed(base, path, "Subscriptions", skip, top, &entries, more, now)
 }
 
 /// The rule a subscription PUT names: its name (default `$Default`) and description.
@@ -136,7 +112,7 @@ pub(crate) fn parse(
 ) -> Result<(SubscriptionDescription, DefaultRule, Omitted), HttpError> {
     let mut d = SubscriptionDescription::default();
     let mut default_rule = None;
-    let mut omitted = Omitted { requires_session: true, ..Omitted::default() };
+    let mut omitted = Omitted::all();
     for child in description.children().filter(|n| n.is_element()) {
         let f = Field::of(child);
         match f.name {
@@ -176,7 +152,7 @@ pub(crate) fn parse(
 mod tests {
     use std::time::Duration;
 
-    use ironbus_core::{EntityDescription, EntityPath, EntityStatus, RuleFilter};
+    use ironbus_core::{EntityDescription, EntityPath, EntityStatus, RuleFilter, Timestamp};
 
     use super::*;
     use crate::atom::{parse_description, Described, ATOM_NS};

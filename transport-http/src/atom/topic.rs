@@ -1,8 +1,8 @@
 //! A topic's description in ATOM: the `<TopicDescription>` element of an entry (with the
-//! topic's runtime figures), feeds of topics, and the parsing of a PUT body's description
-//! (http.md B.6). Same shape rules as [`queue`](super::queue).
+//! topic's runtime figures) and the parsing of a PUT body's description (http.md B.6). Same
+//! shape rules as [`queue`](super::queue).
 
-use ironbus_core::{EntityInfo, Timestamp, TopicDescription, TopicRuntime};
+use ironbus_core::{EntityInfo, TopicDescription, TopicRuntime};
 
 use crate::atom::authorization;
 use crate::atom::{
@@ -108,47 +108,20 @@ fn description_element(
     )
 }
 
-/// A feed of topics, one page of a listing (see [`atom::feed`]).
-#[allow(clippy::too_many_arguments)]
-pub fn feed(
-    base: &str,
-    path: &str,
-    skip: usize,
-    top: usize,
-    topics: &[(EntityInfo, TopicDescription, Option<TopicRuntime>)],
-    more: bool,
-    now: Timestamp,
-) -> String {
-    let entries: Vec<String> = topics
-        .iter()
-        .map(|(info, d, runtime)| entry_element(base, info, d, runtime.as_ref(), false))
-        .collect();
-    atom::feed(base, path, "Topics", skip, top, &entries, more, now)
-}
-
 /// Parses a `<TopicDescription>` element. Omitted writable fields take Service Bus's defaults;
 /// [`Omitted`] says which create-only fields were left out.
 pub(crate) fn parse(
     description: roxmltree::Node<'_, '_>,
 ) -> Result<(TopicDescription, Omitted), HttpError> {
     let mut d = TopicDescription::default();
-    let mut omitted = Omitted {
-        enable_partitioning: true,
-        partition_count: true,
-        requires_session: false,
-        requires_duplicate_detection: true,
-        max_message_size: true,
-        since_2021_05: None,
-    };
+    let mut omitted = Omitted::all();
     for child in description.children().filter(|n| n.is_element()) {
         let f = Field::of(child);
+        omitted.given(f.name);
         match f.name {
             "DefaultMessageTimeToLive" => d.default_message_time_to_live = f.duration()?,
             "MaxSizeInMegabytes" => d.max_size_in_megabytes = f.number()?,
-            "RequiresDuplicateDetection" => {
-                d.requires_duplicate_detection = f.boolean()?;
-                omitted.requires_duplicate_detection = false;
-            }
+            "RequiresDuplicateDetection" => d.requires_duplicate_detection = f.boolean()?,
             "DuplicateDetectionHistoryTimeWindow" => {
                 d.duplicate_detection_history_time_window = f.duration()?
             }
@@ -161,21 +134,11 @@ pub(crate) fn parse(
             "AuthorizationRules" => d.authorization_rules = authorization::parse(child)?,
             "SupportOrdering" => d.support_ordering = f.boolean()?,
             "AutoDeleteOnIdle" => d.auto_delete_on_idle = f.duration()?,
-            "EnablePartitioning" => {
-                d.enable_partitioning = f.boolean()?;
-                omitted.enable_partitioning = false;
-            }
-            "PartitionCount" => {
-                d.partition_count = f.number()?;
-                omitted.partition_count = false;
-            }
+            "EnablePartitioning" => d.enable_partitioning = f.boolean()?,
+            "PartitionCount" => d.partition_count = f.number()?,
             "EnableSubscriptionPartitioning" => d.enable_subscription_partitioning = f.boolean()?,
             "EnableExpress" => d.enable_express = f.boolean()?,
-            "MaxMessageSizeInKilobytes" => {
-                d.max_message_size_in_kilobytes = f.number()?;
-                omitted.max_message_size = false;
-                omitted.since_2021_05 = Some("MaxMessageSizeInKilobytes");
-            }
+            "MaxMessageSizeInKilobytes" => d.max_message_size_in_kilobytes = f.number()?,
             // Read-only and runtime elements (SizeInBytes, CountDetails, SubscriptionCount,
             // CreatedAt, ...) and unknown ones are ignored.
             _ => {}
@@ -184,24 +147,11 @@ pub(crate) fn parse(
     Ok((d, omitted))
 }
 
-/// An update body that leaves out a property fixed at creation keeps the current value.
-pub(crate) fn keep_fixed(d: &mut TopicDescription, current: &TopicDescription, omitted: Omitted) {
-    if omitted.enable_partitioning {
-        d.enable_partitioning = current.enable_partitioning;
-    }
-    if omitted.partition_count {
-        d.partition_count = current.partition_count;
-    }
-    if omitted.requires_duplicate_detection {
-        d.requires_duplicate_detection = current.requires_duplicate_detection;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use ironbus_core::{EntityDescription, EntityPath};
+    use ironbus_core::{EntityDescription, EntityPath, Timestamp};
 
     use super::*;
     use crate::atom::{parse_description, Described};
