@@ -394,11 +394,12 @@ async fn healed_partition_rejoins_round_robin_after_the_retry_interval() {
     f.heal_partition(id, down);
 
     // No request is pinned to it now: it must come back on its own once its retry time passes.
-    f.clock.advance(PAST_RETRY_INTERVAL);
-    // Its rebuild runs on its own task: on a loaded machine that may take many rounds of sends,
-    // so the wait is bounded by the hang guard, not by a count of rounds.
+    // The partition sets that time from the clock when it finds out, on its own task, which may
+    // come after an advance made here: so time moves on with every round, as it would for real.
+    // On a loaded machine that may take many rounds; the hang guard bounds the wait.
     let rejoined = async {
         loop {
+            f.clock.advance(PAST_RETRY_INTERVAL);
             for i in 0..PARTITIONS {
                 let seq = f.enqueue("q", Message::new(format!("m{i}"))).await;
                 if partition_of(seq) == down {
