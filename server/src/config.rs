@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use ironbus_core::auth::{AuthorizationRule, Authorizer, Rights, SasPolicy};
+use ironbus_core::auth::{AuthorizationRule, Rights, SasPolicy};
 use ironbus_core::{
     Broker, BrokerError, CorrelationFilterDescription, EntityDescription, EntityPath, EntityStatus,
     PropertyValue, QueueDescription, RuleAction, RuleDescription, RuleFilter,
@@ -366,23 +366,6 @@ fn queue_description(properties: Option<&Value>) -> Result<QueueDescription> {
         }
     }
     Ok(d)
-}
-
-/// The namespace's policies: the root policy (RootManageSharedAccessKey), those given with
-/// `--policy`, then those the config file at `config` declares. Names must be unique.
-pub fn authorizer(
-    root: SasPolicy,
-    flags: &[SasPolicy],
-    config: Option<&std::path::Path>,
-) -> Result<Authorizer> {
-    let mut all = vec![root];
-    all.extend_from_slice(flags);
-    if let Some(path) = config {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config {}", path.display()))?;
-        all.extend(policies(&text).with_context(|| format!("config {}", path.display()))?);
-    }
-    Authorizer::new(all).context("shared access policies")
 }
 
 /// The namespace policies the file declares beyond the root key (an ironbus extension of the
@@ -742,15 +725,6 @@ mod tests {
             assert!(error.contains(wants), "{bad}: {error}");
         }
         assert!(policies(r#"{"UserConfig": {"Namespaces": [{"Name": "n"}]}}"#).unwrap().is_empty());
-
-        let root = SasPolicy::new("RootManageSharedAccessKey", "root", Rights::MANAGE);
-        let flags = [SasPolicy::new("reader", "other", Rights::SEND)];
-        let auth = authorizer(root.clone(), &flags, None).unwrap();
-        assert_eq!(auth.policies().len(), 2);
-        assert!(auth.verify_key("reader", "other").is_ok());
-        let twice = [flags[0].clone(), flags[0].clone()];
-        let error = format!("{:#}", authorizer(root, &twice, None).unwrap_err());
-        assert!(error.contains("more than once"), "{error}");
     }
 
     #[test]
