@@ -266,7 +266,7 @@ impl Broker {
 
     /// The store of one partition of an entity: partitions are dealt round the stores,
     /// starting at a place that depends on the entity, so single-partition queues spread too.
-    pub fn store_for(&self, entity: EntityId, partition: PartitionId) -> &Arc<dyn Store> {
+    pub(crate) fn store_for(&self, entity: EntityId, partition: PartitionId) -> &Arc<dyn Store> {
         &self.inner.stores[self.store_index(entity, partition)]
     }
 
@@ -509,9 +509,14 @@ impl Broker {
         Ok(entity_info(&self.entity(path)?.record()))
     }
 
-    /// The store key prefix under which one partition of a queue keeps all its records. For
-    /// tools that act on one partition's storage: fault injection in tests, diagnostics.
-    pub fn partition_key_prefix(&self, name: &str, partition: PartitionId) -> Result<bytes::Bytes> {
+    /// The store key prefix under which one partition of a queue keeps all its records, for
+    /// tests ([`testing::partition_key_prefix`](crate::testing::partition_key_prefix)).
+    #[cfg(feature = "testing")]
+    pub(crate) fn partition_key_prefix(
+        &self,
+        name: &str,
+        partition: PartitionId,
+    ) -> Result<bytes::Bytes> {
         let entity = self.entity_named(name)?;
         if entity.partition(partition).is_none() {
             return Err(BrokerError::InvalidArgument {

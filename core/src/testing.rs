@@ -1,4 +1,5 @@
-//! Test support for store implementations (feature `testing`).
+//! Test support for store implementations and for tests that reach into a broker's storage
+//! (feature `testing`; never part of a production build).
 //!
 //! - [`conformance`]: the behaviours every [`Store`](crate::store::Store) must show, one async
 //!   function each, and [`store_conformance_suite!`](crate::store_conformance_suite), which
@@ -8,10 +9,21 @@
 //! - [`TempDir`]: a unique scratch directory for stores that live on disk.
 //! - [`keys`]: the store's key layout, for tests that reach one partition's records (the
 //!   layout is the core's own business: only tests see it).
+//! - [`partition_key_prefix`] and [`store_for`]: where a broker keeps one partition, to make
+//!   just that partition fail (with a [`FaultyStore`]) or to look at its records.
 
 pub mod conformance;
 mod faulty;
 mod temp_dir;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::keys::EntityId;
+use crate::store::Store;
+use crate::types::PartitionId;
+use crate::{Broker, Result};
 
 pub use faulty::FaultyStore;
 pub use temp_dir::TempDir;
@@ -20,6 +32,17 @@ pub use temp_dir::TempDir;
 /// partition's records.
 pub mod keys {
     pub use crate::keys::*;
+}
+
+/// The store key prefix under which partition `partition` of the queue or topic `name` keeps
+/// all its records: [`FaultyStore::fail_prefix`] of it makes that partition unavailable.
+pub fn partition_key_prefix(broker: &Broker, name: &str, partition: PartitionId) -> Result<Bytes> {
+    broker.partition_key_prefix(name, partition)
+}
+
+/// The store of one partition of an entity, among the stores the broker was opened on.
+pub fn store_for(broker: &Broker, entity: EntityId, partition: PartitionId) -> Arc<dyn Store> {
+    broker.store_for(entity, partition).clone()
 }
 
 /// Expands to a module `$suite` with one `#[tokio::test]` per conformance case, named after the

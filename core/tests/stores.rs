@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use ironbus_core::testing::keys::{self, EntityId};
-use ironbus_core::testing::FaultyStore;
+use ironbus_core::testing::{store_for, FaultyStore};
 use ironbus_core::{
     Availability, Broker, BrokerOptions, Disposition, ManualClock, Message, PartitionId,
     PropertyValue, QueueDescription, ReceiveMode, ReceivedMessage, SendOutcome, SequenceNumber,
@@ -195,8 +195,8 @@ async fn partitions_are_spread_over_stores_and_one_store_down_limits_only_its_pa
     let on_second: Vec<PartitionId> = (0..16)
         .map(PartitionId)
         .filter(|&p| {
-            let store = broker.store_for(id, p);
-            Arc::ptr_eq(store, &(stores[1].clone() as Arc<dyn Store>))
+            let store = store_for(&broker, id, p);
+            Arc::ptr_eq(&store, &(stores[1].clone() as Arc<dyn Store>))
         })
         .collect();
     assert_eq!(on_second.len(), 8, "16 partitions dealt over 2 stores");

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ironbus_core::testing::FaultyStore;
+use ironbus_core::testing::{partition_key_prefix, FaultyStore};
 use ironbus_core::*;
 use ironbus_store_memory::MemoryStore;
 
@@ -566,7 +566,7 @@ async fn a_publish_stores_its_body_once_whatever_the_copies() {
     f.broker.send("t", vec![message]).await.unwrap();
 
     // One body record in the topic's partition; five copies (a, b, and three in c).
-    let mut prefix = f.broker.partition_key_prefix("t", PartitionId(0)).unwrap().to_vec();
+    let mut prefix = partition_key_prefix(&f.broker, "t", PartitionId(0)).unwrap().to_vec();
     prefix.push(b'b');
     let mut end = prefix.clone();
     *end.last_mut().unwrap() += 1;

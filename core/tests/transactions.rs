@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ironbus_core::router::partition_for_key;
-use ironbus_core::testing::FaultyStore;
+use ironbus_core::testing::{partition_key_prefix, FaultyStore};
 use ironbus_core::transaction::{SPAN_ENTITIES, SPAN_PARTITIONS, TIMEOUT};
 use ironbus_core::*;
 use ironbus_store_memory::MemoryStore;
@@ -456,7 +456,7 @@ async fn send_via_transfers_left_by_a_restart_are_forwarded_by_the_next_start() 
     first.queue("in", QueueDescription::default()).await;
     first.queue("out", QueueDescription::default()).await;
     // The destination's partition cannot write: the transfer waits in `in`.
-    let out = first.broker.partition_key_prefix("out", PartitionId(0)).unwrap();
+    let out = partition_key_prefix(&first.broker, "out", PartitionId(0)).unwrap();
     first.store.fail_prefix(out.to_vec());
     let txn = Transaction::new();
     first

@@ -1,6 +1,5 @@
-//! The AMQP listener's metrics. The transport keeps them in
-//! [`AmqpStats`](ironbus_transport_amqp::AmqpStats), plain atomics that cost its hot path
-//! nothing more; [`record`] publishes them through the `metrics` facade, which the
+//! The AMQP listener's metrics. The transport keeps them in [`AmqpStats`], plain atomics that
+//! cost its hot path nothing more; [`record`] publishes them through the `metrics` facade, which the
 //! [`PrometheusExporter`](crate::PrometheusExporter) does before every render.
 
 use ironbus_transport_amqp::AmqpStats;

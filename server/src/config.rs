@@ -4,16 +4,15 @@
 //! has a `Name` and `Properties` with `FilterType` `Sql` or `Correlation`, `SqlFilter`,
 //! `CorrelationFilter` and an optional `Action`).
 //!
-//! An unknown property or filter type is refused with a clear message rather than ignored.
-//! `Policies` (an ironbus extension) adds namespace policies, gathered with the command line's by
-//! [`authorizer`]. Loading is idempotent: an entity that already exists keeps its messages (and its
-//! rules); missing ones are created. A subscription that declares rules gets those rules instead of
+//! What ironbus cannot do yet (sessions) is refused with a clear message rather than ignored.
+//! Loading is idempotent: an entity that already exists keeps its messages (and its rules);
+//! missing ones are created. A subscription that declares rules gets those rules instead of
 //! `$Default` (as a `DefaultRuleDescription` on an ATOM create does).
 
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use ironbus_core::auth::{AuthorizationRule, Authorizer, Rights, SasPolicy};
+use ironbus_core::auth::{AuthorizationRule, Rights, SasPolicy};
 use ironbus_core::{
     Broker, BrokerError, CorrelationFilter, EntityDescription, EntityPath, EntityStatus,
     PropertyValue, QueueDescription, RuleAction, RuleDescription, RuleFilter,
@@ -23,14 +22,14 @@ use serde_json::{Map, Value};
 
 /// A queue the file declares.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct DeclaredQueue {
+pub struct DeclaredQueue {
     pub name: String,
     pub description: QueueDescription,
 }
 
 /// A topic the file declares, with its subscriptions.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct DeclaredTopic {
+pub struct DeclaredTopic {
     pub name: String,
     pub description: TopicDescription,
     pub subscriptions: Vec<DeclaredSubscription>,
@@ -38,7 +37,7 @@ pub(crate) struct DeclaredTopic {
 
 /// A subscription the file declares, with its rules (none: `$Default`).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct DeclaredSubscription {
+pub struct DeclaredSubscription {
     pub name: String,
     pub description: SubscriptionDescription,
     pub rules: Vec<(String, RuleDescription)>,
@@ -46,14 +45,14 @@ pub(crate) struct DeclaredSubscription {
 
 /// Everything the file declares.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Declared {
+pub struct Declared {
     pub queues: Vec<DeclaredQueue>,
     pub topics: Vec<DeclaredTopic>,
 }
 
 impl Declared {
     /// Queues, topics, subscriptions and rules declared.
-    pub(crate) fn entity_count(&self) -> usize {
+    pub fn entity_count(&self) -> usize {
         self.queues.len()
             + self
                 .topics
@@ -64,7 +63,7 @@ impl Declared {
 }
 
 /// Parses the file's text into the entities it declares.
-pub(crate) fn parse(text: &str) -> Result<Declared> {
+pub fn parse(text: &str) -> Result<Declared> {
     let root: Value = serde_json::from_str(text).context("config is not valid JSON")?;
     let namespaces = root
         .get("UserConfig")
@@ -317,7 +316,7 @@ fn property_value(name: &str, value: &Value) -> Result<PropertyValue> {
 }
 
 /// The name of the (first) namespace the file declares, which `$namespaceinfo` reports.
-pub(crate) fn namespace_name(text: &str) -> Option<String> {
+pub fn namespace_name(text: &str) -> Option<String> {
     let root: Value = serde_json::from_str(text).ok()?;
     let name = root.get("UserConfig")?.get("Namespaces")?.get(0)?.get("Name")?.as_str()?;
     Some(name.to_owned()).filter(|n| !n.is_empty())
@@ -369,26 +368,9 @@ fn queue_description(properties: Option<&Value>) -> Result<QueueDescription> {
     Ok(d)
 }
 
-/// The namespace's policies: the root policy (RootManageSharedAccessKey), those given with
-/// `--policy`, then those the config file at `config` declares. Names must be unique.
-pub(crate) fn authorizer(
-    root: SasPolicy,
-    flags: &[SasPolicy],
-    config: Option<&std::path::Path>,
-) -> Result<Authorizer> {
-    let mut all = vec![root];
-    all.extend_from_slice(flags);
-    if let Some(path) = config {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config {}", path.display()))?;
-        all.extend(policies(&text).with_context(|| format!("config {}", path.display()))?);
-    }
-    Authorizer::new(all).context("shared access policies")
-}
-
 /// The namespace policies the file declares beyond the root key (an ironbus extension of the
 /// emulator's format): `UserConfig.Namespaces[].Policies`, each `{"Name", "Key", "Rights"}`.
-pub(crate) fn policies(text: &str) -> Result<Vec<SasPolicy>> {
+pub fn policies(text: &str) -> Result<Vec<SasPolicy>> {
     let root: Value = serde_json::from_str(text).context("config is not valid JSON")?;
     let namespaces = root.get("UserConfig").and_then(|u| u.get("Namespaces"));
     let mut policies = Vec::new();
@@ -443,7 +425,7 @@ fn authorization_rules(value: &Value) -> Result<Vec<AuthorizationRule>> {
 
 /// Parses an ISO 8601 duration as .NET writes time spans: `PT1M`, `PT20S`, `P14D`, `PT0.5S`,
 /// `P10675199DT2H48M5.4775807S`.
-pub(crate) fn iso_duration(text: &str) -> Result<Duration> {
+pub fn iso_duration(text: &str) -> Result<Duration> {
     let invalid = || anyhow::anyhow!("{text:?} is not an ISO 8601 duration such as PT1M");
     let rest = text.strip_prefix('P').ok_or_else(invalid)?;
     let (date, time) = match rest.split_once('T') {
@@ -479,7 +461,7 @@ pub(crate) fn iso_duration(text: &str) -> Result<Duration> {
 
 /// Creates the declared entities that do not exist yet. Existing ones are left as they are
 /// (their messages kept). Returns how many were created.
-pub(crate) async fn apply(broker: &Broker, declared: &Declared) -> Result<usize> {
+pub async fn apply(broker: &Broker, declared: &Declared) -> Result<usize> {
     let mut created = 0;
     // Forward targets must exist first: topics (which never forward) before every queue, each
     // queue after the queues it forwards to, and subscriptions (which may forward to queues and
@@ -743,15 +725,6 @@ mod tests {
             assert!(error.contains(wants), "{bad}: {error}");
         }
         assert!(policies(r#"{"UserConfig": {"Namespaces": [{"Name": "n"}]}}"#).unwrap().is_empty());
-
-        let root = SasPolicy::new("RootManageSharedAccessKey", "root", Rights::MANAGE);
-        let flags = [SasPolicy::new("reader", "other", Rights::SEND)];
-        let auth = authorizer(root.clone(), &flags, None).unwrap();
-        assert_eq!(auth.policies().len(), 2);
-        assert!(auth.verify_key("reader", "other").is_ok());
-        let twice = [flags[0].clone(), flags[0].clone()];
-        let error = format!("{:#}", authorizer(root, &twice, None).unwrap_err());
-        assert!(error.contains("more than once"), "{error}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// The TLS listeners' certificate options.
 #[derive(Debug, Args)]
-pub(crate) struct TlsArgs {
+pub struct TlsArgs {
     /// PEM certificate chain of the TLS listeners, HTTPS and AMQPS (with --tls-key). Without
     /// it they serve a development certificate for localhost, generated on first start under
     /// <data-dir>/tls (clients trust <data-dir>/tls/ca.pem).
@@ -27,14 +27,14 @@ pub(crate) struct TlsArgs {
 
 /// The certificate chain and key every TLS listener serves, read once.
 #[derive(Debug)]
-pub(crate) struct Certificate {
+pub struct Certificate {
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
 }
 
 impl TlsArgs {
     /// Reads the operator's certificate, or the development one (created if missing).
-    pub(crate) fn load(&self, data_dir: &Path) -> Result<Certificate> {
+    pub fn load(&self, data_dir: &Path) -> Result<Certificate> {
         let (cert, key) = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => (cert.clone(), key.clone()),
             _ => development_certificate(data_dir)?,
@@ -55,7 +55,7 @@ impl TlsArgs {
 impl Certificate {
     /// A server configuration of this certificate offering the ALPN protocols `alpn` (none:
     /// clients that ask for none, as the AMQP SDKs, are served either way).
-    pub(crate) fn server_config(&self, alpn: &[&[u8]]) -> Result<Arc<rustls::ServerConfig>> {
+    pub fn server_config(&self, alpn: &[&[u8]]) -> Result<Arc<rustls::ServerConfig>> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()

@@ -8,8 +8,8 @@
 //! - AMQP over WebSockets ([`websocket`]): `GET /$servicebus/websocket` upgrades to a WebSocket
 //!   whose binary messages carry AMQP; the byte stream goes to the server's hook
 //!   ([`HttpConfig::websocket`]), which hands it to the AMQP transport.
-//! - Operator endpoints on the plain listener only: `/health` and `/metrics`, and, when the server
-//!   enables it for tests, a fault-injection endpoint.
+//! - Operator endpoints on the plain listener only: `/health` and `/metrics`, and whatever
+//!   routes the embedding binary adds there ([`HttpConfig::plain_routes`]).
 //!
 //! Every API request carries a SAS token in its `Authorization` header, checked with the core's
 //! [`Authorizer`] (the same rules as the AMQP transport's CBS).
@@ -67,9 +67,6 @@ pub use crate::websocket::{WebSocket, WebSocketHook};
 
 /// Renders the Prometheus exposition text for `/metrics`.
 pub type MetricsRender = Arc<dyn Fn() -> String + Send + Sync>;
-/// Makes a partition unavailable (`false`) or available again (`true`): `(entity, partition,
-/// available)`. Testing only.
-pub type FaultHook = Arc<dyn Fn(&str, u16, bool) -> Result<(), String> + Send + Sync>;
 
 /// The largest request body accepted unless configured otherwise: room for a batch of
 /// Standard-tier messages; larger bodies get 413.
@@ -99,8 +96,10 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// Renders `/metrics`; without it `/metrics` is 404.
     pub metrics: Option<MetricsRender>,
-    /// Enables `POST /$ironbus/faults` on the plain listener.
-    pub faults: Option<FaultHook>,
+    /// Routes of the embedding binary's own that the plain listener serves besides the API
+    /// (operator or testing endpoints). Matched before the API's routing, without a SAS check
+    /// and outside the request metrics; routes only (a fallback would shadow the API).
+    pub plain_routes: Option<axum::Router>,
     /// Connection limits, counted over the plain and the TLS listener together (0: none).
     pub limits: ConnectionLimits,
     /// Serves AMQP over WebSockets: takes each connection upgraded on
@@ -117,7 +116,7 @@ impl HttpConfig {
             started_at: Timestamp::from_millis(0),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             metrics: None,
-            faults: None,
+            plain_routes: None,
             limits: ConnectionLimits::default(),
             websocket: None,
         }
@@ -130,7 +129,7 @@ impl fmt::Debug for HttpConfig {
             .field("namespace", &self.namespace)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("metrics", &self.metrics.is_some())
-            .field("faults", &self.faults.is_some())
+            .field("plain_routes", &self.plain_routes.is_some())
             .field("limits", &self.limits)
             .field("websocket", &self.websocket.is_some())
             .finish_non_exhaustive()
@@ -221,7 +220,11 @@ async fn accept_loop(
     mut shutdown: Shutdown,
 ) {
     let websocket = app.config.websocket.clone();
+    let extra = app.config.plain_routes.clone().filter(|_| app.listener == Listener::Plain);
     let mut router = router(app);
+    if let Some(extra) = extra {
+        router = extra.merge(router);
+    }
     if let Some(hook) = websocket {
         // An upgrade leaves this listener: the connection's permit goes with hyper's side of it,
         // and the AMQP transport counts the stream under its own limits.

@@ -19,7 +19,6 @@ use crate::error::HttpError;
 pub enum Route {
     Health,
     Metrics,
-    Fault,
     NamespaceInfo,
     /// `GET /$Resources/queues`.
     ListQueues,
@@ -78,7 +77,6 @@ pub enum Operation {
     NamespaceInfo,
     Health,
     Metrics,
-    Fault,
     Other,
 }
 
@@ -99,14 +97,13 @@ impl Operation {
             Operation::NamespaceInfo => "namespace_info",
             Operation::Health => "health",
             Operation::Metrics => "metrics",
-            Operation::Fault => "fault",
             Operation::Other => "other",
         }
     }
 }
 
 /// Routes a request by method and decoded path (without leading or trailing `/`). `ops` says
-/// whether the listener serves `/health`, `/metrics` and the fault endpoint.
+/// whether the listener serves `/health` and `/metrics`.
 pub fn route(method: &Method, path: &str, ops: bool) -> Result<Route, HttpError> {
     let segments: Vec<&str> = path.split('/').collect();
     let is = |i: usize, word: &str| segments.get(i).is_some_and(|s| s.eq_ignore_ascii_case(word));
@@ -126,9 +123,6 @@ pub fn route(method: &Method, path: &str, ops: bool) -> Result<Route, HttpError>
             return not_allowed();
         }
         return Ok(if is(0, "health") { Route::Health } else { Route::Metrics });
-    }
-    if ops && n == 2 && is(0, "$ironbus") && is(1, "faults") {
-        return Ok(Route::Fault);
     }
     if n == 1 && is(0, "$namespaceinfo") {
         return if method == Method::GET { Ok(Route::NamespaceInfo) } else { not_allowed() };

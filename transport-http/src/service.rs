@@ -34,7 +34,8 @@ use crate::routes::{self, LockOp, Operation, Route};
 use crate::HttpConfig;
 
 /// Where a listener is: the scheme its clients use, and whether it serves the operator
-/// endpoints (`/health`, `/metrics`, faults), which only the plain listener does.
+/// endpoints (`/health`, `/metrics`, the embedding binary's `plain_routes`), which only the
+/// plain listener does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listener {
     Plain,
@@ -132,10 +133,6 @@ impl App {
                     }
                     None => Err(HttpError::not_found("no metrics exporter is installed")),
                 }
-            }
-            Route::Fault => {
-                *operation = Operation::Fault;
-                self.fault(parts, &params)
             }
             Route::Unimplemented(what) => {
                 if self.authorize(parts, &path, Right::Manage).await.is_err() {
@@ -515,37 +512,6 @@ impl App {
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         response
-    }
-
-    /// `POST /$ironbus/faults?entity=q&partition=0&available=false`: testing only, present when
-    /// the server was started with fault injection.
-    fn fault(&self, parts: &Parts, params: &[(String, String)]) -> Result<Response, HttpError> {
-        let Some(hook) = &self.config.faults else {
-            return Err(HttpError::not_found("fault injection is not enabled on this server"));
-        };
-        if parts.method != axum::http::Method::POST {
-            return Err(HttpError::new(StatusCode::METHOD_NOT_ALLOWED, "use POST"));
-        }
-        let get =
-            |name: &str| {
-                params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str()).ok_or_else(|| {
-                    HttpError::bad_request(format!("missing query parameter {name}"))
-                })
-            };
-        let entity = get("entity")?;
-        let partition: u16 = get("partition")?
-            .parse()
-            .map_err(|_| HttpError::bad_request("partition must be a number"))?;
-        let available = match get("available")? {
-            "true" => true,
-            "false" => false,
-            other => {
-                return Err(HttpError::bad_request(format!("available {other:?}: true or false")))
-            }
-        };
-        hook(entity, partition, available).map_err(HttpError::bad_request)?;
-        let body = json!({ "entity": entity, "partition": partition, "available": available });
-        Ok((StatusCode::OK, body.to_string()).into_response())
     }
 }
 

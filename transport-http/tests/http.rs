@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ironbus_core::auth::{generate_token, Authorizer, Rights, SasPolicy};
-use ironbus_core::testing::FaultyStore;
+use ironbus_core::testing::{partition_key_prefix, FaultyStore};
 use ironbus_core::types::PartitionId;
 use ironbus_core::{
     shutdown_signal, Broker, NamespaceLimits, QueueDescription, ShutdownTrigger, Store,
     SystemClock, Tier, Timestamp, Transport,
 };
 use ironbus_store_memory::MemoryStore;
-use ironbus_transport_http::{FaultHook, HttpConfig, HttpTransport};
+use ironbus_transport_http::{HttpConfig, HttpTransport};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -24,6 +24,8 @@ const LISTEN_KEY: &str = "listen-key";
 struct Server {
     addr: std::net::SocketAddr,
     broker: Broker,
+    /// The broker's store, to make partitions fail.
+    faulty: Arc<FaultyStore>,
     _trigger: ShutdownTrigger,
 }
 
@@ -65,26 +67,13 @@ async fn start_configured(
     config.max_body_bytes = 64 * 1024;
     configure(&mut config);
     config.metrics = Some(Arc::new(|| "# metrics\n".to_owned()));
-    let hook_broker = broker.clone();
-    let hook: FaultHook = Arc::new(move |entity, partition, available| {
-        let prefix = hook_broker
-            .partition_key_prefix(entity, PartitionId(partition))
-            .map_err(|e| e.to_string())?;
-        if available {
-            faulty.heal_prefix(&prefix);
-        } else {
-            faulty.fail_prefix(prefix.to_vec());
-        }
-        Ok(())
-    });
-    config.faults = Some(hook);
     let transport =
         HttpTransport::bind(Some("127.0.0.1:0".parse().unwrap()), None, config).await.unwrap();
     let addr = transport.plain_addr().unwrap();
     let (trigger, shutdown) = shutdown_signal();
     let serving = broker.clone();
     tokio::spawn(async move { Box::new(transport).serve(serving, shutdown).await });
-    Server { addr, broker, _trigger: trigger }
+    Server { addr, broker, faulty, _trigger: trigger }
 }
 
 async fn start() -> Server {
@@ -936,8 +925,8 @@ async fn runtime_counts_and_limited_status_show_in_management_and_health() {
     assert_eq!(health.status, 200);
     assert!(health.text().contains(r#""limited_entities":[]"#), "{}", health.text());
 
-    let r = s.raw("POST /$ironbus/faults?entity=p&partition=1&available=false", &[], b"").await;
-    assert_eq!(r.status, 200, "{}", r.text());
+    let prefix = partition_key_prefix(&s.broker, "p", PartitionId(1)).unwrap();
+    s.faulty.fail_prefix(prefix.to_vec());
     let r = s.call("GET", "/p", &[], b"").await;
     assert_eq!(r.status, 200);
     assert!(
@@ -951,10 +940,7 @@ async fn runtime_counts_and_limited_status_show_in_management_and_health() {
     assert_eq!(body["limited_entities"][0]["name"], "p");
     assert_eq!(body["limited_entities"][0]["unavailable_partitions"][0], 1);
 
-    let r = s.raw("POST /$ironbus/faults?entity=p&partition=9&available=false", &[], b"").await;
-    assert_eq!(r.status, 400);
-    let r = s.raw("POST /$ironbus/faults?entity=p&partition=1&available=true", &[], b"").await;
-    assert_eq!(r.status, 200);
+    s.faulty.heal_prefix(&prefix);
     let mut healed = false;
     for _ in 0..50 {
         if s.raw("GET /health", &[], b"").await.status == 200 {
@@ -1064,4 +1050,18 @@ async fn a_premium_namespace_takes_messages_up_to_100_mb() {
     let r = s.call("PUT", "/t", &update, &topic_xml(&max_message_size(54321))).await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.text().contains(&max_message_size(54321)), "{}", r.text());
+}
+
+#[tokio::test]
+async fn plain_routes_of_the_embedding_binary_are_served_beside_the_api() {
+    let routes = axum::Router::new()
+        .route("/$custom/hello", axum::routing::post(|| async { "hello from the binary" }));
+    let s = start_configured(NamespaceLimits::default(), |c| c.plain_routes = Some(routes)).await;
+    let r = s.raw("POST /$custom/hello", &[], b"").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "hello from the binary");
+    // Another method on the route is the route's answer; other paths are the API's.
+    assert_eq!(s.raw("GET /$custom/hello", &[], b"").await.status, 405);
+    assert_eq!(s.raw("GET /health", &[], b"").await.status, 200);
+    assert_eq!(s.raw("GET /$custom/other", &[], b"").await.status, 401);
 }

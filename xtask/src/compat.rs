@@ -7,7 +7,7 @@
 //! named) runs Microsoft's own `azure-servicebus` test suite, downloaded from PyPI at run time, with
 //! the stand-ins and the ratchet of `compat/mssuite` (`compat/mssuite/run.py`).
 //!
-//! Steps: build `ironbus` (release); install the SDKs if missing (`compat/python/.venv`,
+//! Steps: build `ironbus` (release, with its testing-only feature `fault-injection`); install the SDKs if missing (`compat/python/.venv`,
 //! `compat/js/node_modules`) and build `compat/rust`; generate the emulator-format `config.json`
 //! with every queue the suites use and three namespace policies (Listen, Send, Manage); start the
 //! server on free ports (AMQP, AMQPS, plain HTTP, HTTPS with its development CA, testing fault
@@ -251,7 +251,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         .arg(amqps.to_string())
         .arg("--data-dir")
         .arg(&data_dir)
-        // Lets the admin tests make a partition unavailable (POST /$ironbus/faults).
+        // Lets the admin tests make a partition unavailable (POST /$ironbus/faults); the
+        // server is built with the feature that has it (SERVER_FEATURES).
         .arg("--testing-fault-injection")
         .arg("--config")
         .arg(&config)
@@ -411,18 +412,30 @@ fn prop_json(value: Prop) -> Value {
     }
 }
 
-/// Builds the server in release mode and returns the path of its executable.
+/// The server's cargo feature the suites need: `--testing-fault-injection`, with which the admin
+/// tests make a partition unavailable (`POST /$ironbus/faults`). A default build has neither.
+const SERVER_FEATURES: &[&str] = &["ironbus/fault-injection"];
+
+/// Builds the server (release, with [`SERVER_FEATURES`]) and returns the path of its executable.
 fn build_server() -> Result<PathBuf> {
-    let mut binaries = build_release(&["ironbus"], &["ironbus"])?;
+    let mut binaries = build_release_with(&["ironbus"], SERVER_FEATURES, &["ironbus"])?;
     Ok(binaries.remove(0))
 }
 
-/// Builds `packages` in release mode and returns the paths of the executables `binaries`, in
-/// that order.
-/// Builds `packages` and returns the executables of `binaries`: optimised, unless
-/// `IRONBUS_XTASK_PROFILE=dev` asks for the dev profile (CI does, so that RocksDB's C++ is
-/// compiled once, for the tests and the servers alike).
+/// Builds `packages` (default features) and returns the executables of `binaries`, in that
+/// order: optimised, unless `IRONBUS_XTASK_PROFILE=dev` asks for the dev profile (CI does, so
+/// that RocksDB's C++ is compiled once, for the tests and the servers alike).
 pub(crate) fn build_release(packages: &[&str], binaries: &[&str]) -> Result<Vec<PathBuf>> {
+    build_release_with(packages, &[], binaries)
+}
+
+/// [`build_release`] with the cargo `features` (`package/feature`) on.
+fn build_release_with(
+    packages: &[&str],
+    features: &[&str],
+    binaries: &[&str],
+) -> Result<Vec<PathBuf>> {
+    let features = features.join(",");
     let mut args = vec!["build"];
     match std::env::var("IRONBUS_XTASK_PROFILE").as_deref() {
         Ok("dev") => {}
@@ -431,6 +444,9 @@ pub(crate) fn build_release(packages: &[&str], binaries: &[&str]) -> Result<Vec<
     }
     for package in packages {
         args.extend(["-p", package]);
+    }
+    if !features.is_empty() {
+        args.extend(["--features", features.as_str()]);
     }
     args.push("--message-format=json-render-diagnostics");
     eprintln!("$ cargo {}", args.join(" "));

@@ -94,6 +94,52 @@ fn only_the_metrics_crate_knows_the_exporter() {
     );
 }
 
+/// The shipped binary's package, and the testing-only features of the core it must not build
+/// with by default (they come only with its `fault-injection` feature, for the compat suites).
+const SERVER: &str = "ironbus";
+const TESTING_FEATURES: &[&str] = &["testing"];
+
+#[test]
+fn the_default_server_build_has_no_testing_code() {
+    let output = cargo()
+        .args(["tree", "-p", SERVER, "-e", "normal,build", "--prefix", "none", "-f", "{p}|{f}"])
+        .output()
+        .expect("cannot run `cargo tree`");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let tree = String::from_utf8(output.stdout).expect("`cargo tree` printed UTF-8");
+    let built = tree.lines().any(|line| line.starts_with(&format!("{CORE} ")));
+    assert!(built, "{SERVER} does not build {CORE}: the check below proves nothing");
+    let features = features_of(&tree, CORE);
+    let testing: Vec<_> =
+        features.iter().filter(|f| TESTING_FEATURES.contains(&f.as_str())).collect();
+    assert!(
+        testing.is_empty(),
+        "`cargo build -p {SERVER}` builds {CORE} with {testing:?}: the shipped binary must not \
+         link test hooks (give them to the server's `fault-injection` feature instead)"
+    );
+}
+
+/// The features `package` is built with, from `cargo tree --prefix none -f '{p}|{f}'`.
+fn features_of(tree: &str, package: &str) -> BTreeSet<String> {
+    tree.lines()
+        .filter_map(|line| line.split_once('|'))
+        .filter(|(p, _)| p.split(' ').next() == Some(package))
+        .flat_map(|(_, features)| features.split([',', ' ']))
+        .filter(|f| !f.is_empty() && *f != "(*)")
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn features_are_read_from_the_tree() {
+    let tree = "ironbus v0.1.0 (/ws/server)|\n\
+                ironbus-core v0.1.0 (/ws/core)|testing\n\
+                ironbus-core v0.1.0 (/ws/core)|testing (*)\n\
+                ironbus-core-extra v0.1.0 (/ws/x)|other\n";
+    assert_eq!(features_of(tree, CORE), BTreeSet::from(["testing".to_owned()]));
+    assert!(features_of(tree, SERVER).is_empty());
+}
+
 #[test]
 fn workspace_deps_are_pinned_once() {
     let mut found = Vec::new();

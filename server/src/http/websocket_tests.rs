@@ -37,22 +37,10 @@ async fn serve() -> (SocketAddr, ironbus_core::ShutdownTrigger) {
         http_addr: "127.0.0.1:0".into(),
         https_addr: "off".into(),
         tier: super::TierArg::Standard,
-        testing_fault_injection: false,
     };
-    let http = bind(
-        &args,
-        None,
-        authorizer,
-        &broker,
-        None,
-        Arc::new(String::new),
-        None,
-        ConnectionLimits::default(),
-        websocket_hook(amqp.stream_sender()),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let mut config = HttpConfig::new(authorizer);
+    config.websocket = Some(websocket_hook(amqp.stream_sender()));
+    let http = bind(&args, None, config).await.unwrap().unwrap();
     let addr = http.plain_addr().unwrap();
     let (trigger, shutdown) = shutdown_signal();
     for transport in [Box::new(amqp) as Box<dyn Transport>, Box::new(http)] {

@@ -1,0 +1,168 @@
+//! [`start`]: the default server assembled from its [`Args`], bound and ready to serve.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use ironbus_core::auth::DEVELOPMENT_POLICY_NAME;
+use ironbus_core::{Broker, BrokerOptions, NamespaceLimits, SystemClock, Timestamp};
+use ironbus_metrics::PrometheusExporter;
+use ironbus_transport_amqp::limits::ConnectionLimits as AmqpLimits;
+use ironbus_transport_amqp::{AmqpOptions, AmqpTransport};
+use ironbus_transport_http::limits::ConnectionLimits as HttpLimits;
+use ironbus_transport_http::HttpConfig;
+
+use crate::{config, http, policies, Args, Server};
+
+/// The default server, its listeners bound.
+#[derive(Debug)]
+pub struct Started {
+    pub server: Server,
+    pub amqp_addr: SocketAddr,
+    pub amqps_addr: Option<SocketAddr>,
+    pub http_addr: Option<SocketAddr>,
+    pub https_addr: Option<SocketAddr>,
+    /// The root key as connection strings show it (the operator's is never shown).
+    pub shown_key: String,
+}
+
+impl Started {
+    /// The connection strings the SDKs take: emulator mode on the AMQP port, and TLS (what
+    /// they use without `UseDevelopmentEmulator`) when the AMQPS listener is on.
+    pub fn connection_strings(&self) -> Vec<String> {
+        let (ip, port, key) = (self.amqp_addr.ip(), self.amqp_addr.port(), &self.shown_key);
+        let mut strings = vec![format!(
+            "Endpoint=sb://{ip}:{port};SharedAccessKeyName={DEVELOPMENT_POLICY_NAME};SharedAccessKey={key};UseDevelopmentEmulator=true"
+        )];
+        // Over TLS the SDKs verify the certificate's name (localhost) and, without
+        // UseDevelopmentEmulator, connect to port 5671.
+        if let Some(amqps) = self.amqps_addr {
+            let port =
+                if amqps.port() == 5671 { String::new() } else { format!(":{}", amqps.port()) };
+            strings.push(format!(
+                "Endpoint=sb://localhost{port}/;SharedAccessKeyName={DEVELOPMENT_POLICY_NAME};SharedAccessKey={key}"
+            ));
+        }
+        strings
+    }
+}
+
+/// Opens the stores and the broker, declares the config file's entities and binds every
+/// listener `args` asks for, publishing metrics through `metrics` (install it first, once per
+/// process: what is recorded before is lost).
+pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started> {
+    let amqps_addr = http::parse_addr("amqps-addr", &args.amqps_addr)?;
+    let served = std::iter::once(args.amqp_addr).chain(amqps_addr).chain(args.http.addrs()?);
+    let root = policies::root_policy(args.sas_key.as_deref(), served)?;
+    let authorizer = Arc::new(policies::authorizer(
+        root.policy.clone(),
+        &args.policies,
+        args.config.as_deref(),
+    )?);
+
+    let stores = args.store.open()?;
+    #[cfg(feature = "fault-injection")]
+    let (stores, faults) = if args.testing_fault_injection {
+        let (stores, faults) = crate::faults::FaultInjection::wrap(stores);
+        (stores, Some(faults))
+    } else {
+        (stores, None)
+    };
+    let options = BrokerOptions {
+        limits: NamespaceLimits {
+            max_entities: args.max_entities,
+            max_partitioned_entities: args.max_partitioned_entities,
+        },
+        body_cache_bytes: args.body_cache_mb << 20,
+        metrics_entity_labels: args.metrics_entity_labels,
+    };
+    let opening = std::time::Instant::now();
+    let broker = Broker::open_with(stores, Arc::new(SystemClock), options)
+        .await
+        .context("opening the broker")?;
+    let recovered = broker.recovered().await;
+    tracing::info!(
+        messages = recovered,
+        seconds = opening.elapsed().as_secs_f64(),
+        "store opened and partitions recovered"
+    );
+
+    // The config's namespace name is what `$namespaceinfo` reports (else "ironbus").
+    let mut namespace = None;
+    if let Some(path) = &args.config {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
+        namespace = config::namespace_name(&text);
+        let declared =
+            config::parse(&text).with_context(|| format!("config {}", path.display()))?;
+        let created = config::apply(&broker, &declared).await?;
+        tracing::info!(
+            declared = declared.entity_count(),
+            created,
+            "entities from {}",
+            path.display()
+        );
+    }
+
+    // One certificate for every TLS listener, read (or generated) once.
+    let certificate = match (amqps_addr, args.http.https_addr()?) {
+        (None, None) => None,
+        _ => Some(args.tls.load(&args.store.data_dir)?),
+    };
+    let amqp_options = AmqpOptions {
+        limits: AmqpLimits {
+            max_connections: args.max_connections,
+            max_connections_per_ip: args.max_connections_per_ip,
+        },
+        ..AmqpOptions::default()
+    };
+    let mut amqp = AmqpTransport::bind_with(args.amqp_addr, authorizer.clone(), amqp_options)
+        .await
+        .with_context(|| format!("binding the AMQP listener on {}", args.amqp_addr))?;
+    if let (Some(addr), Some(certificate)) = (amqps_addr, &certificate) {
+        amqp.bind_tls(addr, certificate.server_config(&[])?)
+            .await
+            .with_context(|| format!("binding the AMQP TLS listener on {addr}"))?;
+    }
+    metrics.watch_amqp(amqp.stats());
+
+    let mut config = HttpConfig::new(authorizer);
+    if let Some(namespace) = namespace {
+        config.namespace = namespace;
+    }
+    config.started_at = broker.clock().now().max(Timestamp::from_millis(0));
+    config.tier = args.http.tier();
+    config.metrics = Some(metrics.render_fn());
+    config.limits = HttpLimits {
+        max_connections: args.max_connections,
+        max_connections_per_ip: args.max_connections_per_ip,
+    };
+    config.websocket = Some(http::websocket_hook(amqp.stream_sender()));
+    #[cfg(feature = "fault-injection")]
+    if let Some(faults) = faults {
+        config.plain_routes = Some(faults.routes(broker.clone()));
+    }
+    let http = http::bind(&args.http, certificate.as_ref(), config).await?;
+
+    let mut started = Started {
+        amqp_addr: amqp.local_addr()?,
+        amqps_addr: amqp.tls_addr(),
+        http_addr: http.as_ref().and_then(|http| http.plain_addr()),
+        https_addr: http.as_ref().and_then(|http| http.tls_addr()),
+        shown_key: root.shown_key().to_owned(),
+        server: Server::new(broker).with(amqp),
+    };
+    if let Some(http) = http {
+        started.server = started.server.with(http);
+    }
+    tracing::info!(
+        amqp = %started.amqp_addr,
+        amqps = ?started.amqps_addr,
+        http = ?started.http_addr,
+        https = ?started.https_addr,
+        store = ?args.store.store,
+        stores = args.store.stores,
+        "ironbus is listening"
+    );
+    Ok(started)
+}

@@ -1,0 +1,80 @@
+//! The stores the broker opens: RocksDB in `--data-dir` (one instance per `--stores`), or
+//! memory.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use ironbus_core::Store;
+use ironbus_store_memory::MemoryStore;
+use ironbus_store_rocksdb::{Durability, RocksOptions, RocksStore};
+
+/// The storage options.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// Storage engine: `rocksdb` (durable: a send is acknowledged once synced to disk) or
+    /// `memory` (nothing survives a restart).
+    #[arg(long, env = "IRONBUS_STORE", value_enum, default_value_t = StoreKind::Rocksdb)]
+    pub store: StoreKind,
+    /// Data directory of durable stores (store `i` lives in `<data-dir>/store-<i>`).
+    #[arg(long, env = "IRONBUS_DATA_DIR", default_value = "./data")]
+    pub data_dir: PathBuf,
+    /// Number of store instances the partitions are spread over. One store's failure makes
+    /// only its partitions unavailable; each has its own write-ahead log (put the directories
+    /// on different disks with symlinks). Fixed once the data directory exists.
+    #[arg(long, env = "IRONBUS_STORES", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub stores: u16,
+    /// `sync`: a write is acknowledged once the write-ahead log is synced (concurrent writes
+    /// share one sync). `relaxed`: once it is in the log, unsynced — survives the process being
+    /// killed, but not an operating-system crash or power loss.
+    #[arg(long, env = "IRONBUS_DURABILITY", value_enum, default_value_t = DurabilityArg::Sync)]
+    pub durability: DurabilityArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    Rocksdb,
+    Memory,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DurabilityArg {
+    Sync,
+    Relaxed,
+}
+
+impl StoreArgs {
+    /// Opens the `--stores` store instances.
+    pub fn open(&self) -> Result<Vec<Arc<dyn Store>>> {
+        if self.store == StoreKind::Rocksdb && self.durability == DurabilityArg::Relaxed {
+            tracing::warn!(
+                "--durability relaxed: acknowledged messages survive a crash of ironbus, but not \
+                 of the operating system or a power loss"
+            );
+        }
+        (0..self.stores)
+            .map(|i| -> Result<Arc<dyn Store>> {
+                match self.store {
+                    StoreKind::Memory => Ok(Arc::new(MemoryStore::new())),
+                    StoreKind::Rocksdb => {
+                        let dir = self.data_dir.join(format!("store-{i}"));
+                        std::fs::create_dir_all(&dir)
+                            .with_context(|| format!("creating {}", dir.display()))?;
+                        let options = RocksOptions {
+                            durability: match self.durability {
+                                DurabilityArg::Sync => Durability::Sync,
+                                DurabilityArg::Relaxed => Durability::Relaxed,
+                            },
+                            ..RocksOptions::default()
+                        };
+                        let store = RocksStore::open(&dir, options).with_context(|| {
+                            format!("opening the RocksDB store in {}", dir.display())
+                        })?;
+                        Ok(Arc::new(store))
+                    }
+                }
+            })
+            .collect()
+    }
+}
