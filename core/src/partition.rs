@@ -12,6 +12,7 @@
 //! records to write, deliveries, replies); this file's actor reads the clock, loads the bodies
 //! the effects need, writes the journal and then carries the effects out. By concern:
 //!
+//! - `command.rs` — [`Command`]: every request the broker sends a partition.
 //! - `state.rs` — [`state::PartitionState`]: the rules (send, settle, locks, expiry,
 //!   scheduling, dead-lettering, delivery) without I/O.
 //! - `index.rs` — the in-memory index: an entry per message and sub-queue, and the available,
@@ -62,6 +63,7 @@
 //! receiver's credit.
 
 mod bodies;
+mod command;
 mod effects;
 mod index;
 mod journal;
@@ -81,10 +83,10 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 pub(crate) use self::bodies::BodyCache;
+pub(crate) use self::command::Command;
 use self::journal::Journal;
 pub(crate) use self::sessions::SessionId;
 use self::state::PartitionState;
@@ -95,14 +97,12 @@ pub(crate) use self::transaction::Work;
 pub(crate) use self::transfer::TransferId;
 use crate::clock::Clock;
 use crate::description::QueueDescription;
-use crate::error::{BrokerError, Result, SessionError};
+use crate::error::{BrokerError, Result};
 use crate::keys::EntityId;
-use crate::message::{Disposition, Message, ReceivedMessage};
 use crate::metrics as m;
-use crate::receiver::ReceiverShared;
 use crate::rules::RuleSet;
 use crate::store::{Store, StoreError};
-use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp};
+use crate::types::{PartitionId, SequenceNumber, SubQueue, Timestamp};
 
 /// The most commands one cycle takes.
 const MAX_BATCH: usize = 512;
@@ -138,125 +138,6 @@ pub(crate) struct PartitionCounts {
 pub(crate) struct SessionGrant {
     pub(crate) session: SessionId,
     pub(crate) locked_until: Timestamp,
-}
-
-/// The answer to a session command.
-pub(crate) type SessionReply<T> = oneshot::Sender<Result<T, SessionError>>;
-
-/// A request to a partition actor.
-pub(crate) enum Command {
-    Send {
-        messages: Vec<Arc<Message>>,
-        reply: oneshot::Sender<Result<Vec<SendOutcome>>>,
-    },
-    /// Auto-forwarded messages, each with its transfer id: one outcome per message. A
-    /// transfer this partition stored already is answered as a duplicate (see `transfer.rs`).
-    Transfer {
-        transfers: Vec<(TransferId, Arc<Message>)>,
-        reply: oneshot::Sender<Result<Vec<Result<SendOutcome>>>>,
-    },
-    /// The sources of these transfers completed them: they can never come again.
-    ForgetTransfers(Vec<TransferId>),
-    /// A transaction's work in its via partition: all of it in this cycle's write, or none.
-    Commit {
-        work: Vec<Work>,
-        reply: oneshot::Sender<Result<()>>,
-    },
-    /// Reserves sequence numbers for a transaction's scheduled messages.
-    Reserve {
-        count: usize,
-        reply: oneshot::Sender<Result<Vec<SequenceNumber>>>,
-    },
-    /// Gives up numbers reserved by a transaction that rolled back.
-    Unreserve(Vec<SequenceNumber>),
-    Cancel {
-        sequence_numbers: Vec<SequenceNumber>,
-        reply: oneshot::Sender<Result<()>>,
-    },
-    /// Settles each locked message in turn; one outcome per item, in order.
-    Settle {
-        queue: SubQueue,
-        items: Vec<(LockToken, Disposition)>,
-        reply: oneshot::Sender<Result<Vec<Result<()>>>>,
-    },
-    RenewLock {
-        queue: SubQueue,
-        token: LockToken,
-        reply: oneshot::Sender<Result<Timestamp>>,
-    },
-    ReceiveDeferred {
-        queue: SubQueue,
-        sequence_numbers: Vec<SequenceNumber>,
-        mode: ReceiveMode,
-        reply: oneshot::Sender<Result<Vec<ReceivedMessage>>>,
-    },
-    Peek {
-        queue: SubQueue,
-        from: SequenceNumber,
-        max: usize,
-        reply: oneshot::Sender<Result<Vec<ReceivedMessage>>>,
-    },
-    Counts {
-        reply: oneshot::Sender<Result<PartitionCounts>>,
-    },
-    Update(Arc<QueueDescription>),
-    Attach(Arc<ReceiverShared>),
-    Detach(u64),
-    /// Try to deliver (credit arrived).
-    Deliver,
-    /// Deliver what is possible, then acknowledge.
-    Drain(oneshot::Sender<()>),
-    /// Stop: the entity is deleted. Receivers are closed.
-    Close,
-    /// A topic partition: start a subscription's lane (a new subscription: it has no records).
-    AddLane(Box<Lane>),
-    /// A topic partition: a subscription's settings or rules changed.
-    Configure(Arc<LaneConfig>),
-    /// A topic partition: the subscription is deleted; its records go with this cycle's write.
-    RemoveLane(oneshot::Sender<Result<()>>),
-    /// A topic partition: whether a message no subscription takes is refused.
-    Filtering(bool),
-    /// Locks a session for a receiver (`None`: the oldest unlocked one with an available
-    /// message; `Ok(None)` if there is none) and delivers its messages to it from then on.
-    AcceptSession {
-        session: Option<SessionId>,
-        receiver: Arc<ReceiverShared>,
-        reply: SessionReply<Option<SessionGrant>>,
-    },
-    /// Extends the lock the receiver `holder` holds on its session.
-    RenewSession {
-        holder: u64,
-        reply: SessionReply<Timestamp>,
-    },
-    /// Reads (`set` None) or sets a session's state; with a `holder`, only if it holds the
-    /// session.
-    SessionState {
-        session: SessionId,
-        holder: Option<u64>,
-        set: Option<Option<Bytes>>,
-        reply: SessionReply<Option<Bytes>>,
-    },
-    /// Up to `max` session ids after `after`, in id order (see `SessionIndex::list`).
-    ListSessions {
-        updated_after: Option<Timestamp>,
-        after: Option<String>,
-        max: usize,
-        reply: oneshot::Sender<Result<Vec<String>>>,
-    },
-    /// Peeks the messages of one session.
-    PeekSession {
-        session: SessionId,
-        from: SequenceNumber,
-        max: usize,
-        reply: oneshot::Sender<Result<Vec<ReceivedMessage>>>,
-    },
-    /// Receives deferred messages of the session `holder` holds.
-    ReceiveDeferredSession {
-        holder: u64,
-        sequence_numbers: Vec<SequenceNumber>,
-        mode: ReceiveMode,
-        reply: oneshot::Sender<Result<Vec<ReceivedMessage>>>,
-    },
 }
 
 /// Identifies a lane of a partition: the queue's, topic's or subscription's entity id.
