@@ -11,7 +11,9 @@ use ironbus_metrics::PrometheusExporter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Colours for a person at a terminal; plain text into a file or a pipe.
     tracing_subscriber::fmt()
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
