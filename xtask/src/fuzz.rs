@@ -142,19 +142,10 @@ fn ensure_cargo_fuzz() -> Result<()> {
 
 /// Runs `cargo fuzz <args>` in `fuzz/` with `RUSTC_BOOTSTRAP=1` (for `-Zsanitizer=address`).
 fn cargo_fuzz(step: &str, args: &[&str]) -> Result<()> {
-    let shown = format!("RUSTC_BOOTSTRAP=1 cargo fuzz {}", args.join(" "));
-    eprintln!("$ (cd fuzz && {shown})");
-    let status = crate::cargo()
-        .arg("fuzz")
-        .args(args)
-        .current_dir(fuzz_dir())
-        .env("RUSTC_BOOTSTRAP", "1")
-        .status()
-        .with_context(|| format!("fuzz {step}: could not start `{shown}`"))?;
-    if !status.success() {
-        bail!("fuzz {step} failed ({status}): `{shown}`");
-    }
-    Ok(())
+    let shown = format!("(cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz {})", args.join(" "));
+    let mut cmd = crate::cargo();
+    cmd.arg("fuzz").args(args).current_dir(fuzz_dir()).env("RUSTC_BOOTSTRAP", "1");
+    crate::run_shown(&format!("fuzz {step}"), &shown, &mut cmd)
 }
 
 /// One target: the working corpus `fuzz/corpus/<target>` (git-ignored, grows) plus the

@@ -155,11 +155,14 @@ fn cargo() -> Command {
 fn run_cargo<S: AsRef<str>>(step: &str, args: &[S]) -> Result<()> {
     let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
     let shown = format!("cargo {}", args.join(" "));
+    run_shown(step, &shown, cargo().args(&args))
+}
+
+/// Echoes `shown` (how `cmd` reads to a person), runs `cmd` and fails unless it succeeds; an
+/// error names `step` and the command.
+fn run_shown(step: &str, shown: &str, cmd: &mut Command) -> Result<()> {
     eprintln!("$ {shown}");
-    let status = cargo()
-        .args(&args)
-        .status()
-        .with_context(|| format!("{step}: could not start `{shown}`"))?;
+    let status = cmd.status().with_context(|| format!("{step}: could not start `{shown}`"))?;
     if !status.success() {
         bail!("{step} failed ({status}): `{shown}`");
     }

@@ -14,7 +14,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 /// The Debian packages that provide what is missing.
 const PACKAGES: &[&str] = &["g++", "libclang-dev"];
@@ -127,17 +127,9 @@ fn apt(elevate: &[&str], args: &[&str]) -> Result<()> {
     let mut words: Vec<&str> = elevate.to_vec();
     words.push("apt-get");
     words.extend_from_slice(args);
-    let shown = words.join(" ");
-    eprintln!("$ {shown}");
-    let status = Command::new(words[0])
-        .args(&words[1..])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .status()
-        .with_context(|| format!("could not start `{shown}`"))?;
-    if !status.success() {
-        bail!("`{shown}` failed ({status})");
-    }
-    Ok(())
+    let mut cmd = Command::new(words[0]);
+    cmd.args(&words[1..]).env("DEBIAN_FRONTEND", "noninteractive");
+    crate::run_shown("apt-get", &words.join(" "), &mut cmd)
 }
 
 fn succeeds(cmd: &mut Command) -> bool {
