@@ -18,6 +18,7 @@ use ironbus_core::{
     PropertyValue, QueueDescription, RuleAction, RuleDescription, RuleFilter,
     SubscriptionDescription, TopicDescription,
 };
+use ironbus_transport_http::timefmt::parse_xml_duration;
 use serde_json::{Map, Value};
 
 /// A queue the file declares.
@@ -423,40 +424,12 @@ fn authorization_rules(value: &Value) -> Result<Vec<AuthorizationRule>> {
     Ok(rules)
 }
 
-/// Parses an ISO 8601 duration as .NET writes time spans: `PT1M`, `PT20S`, `P14D`, `PT0.5S`,
-/// `P10675199DT2H48M5.4775807S`.
-pub fn iso_duration(text: &str) -> Result<Duration> {
-    let invalid = || anyhow::anyhow!("{text:?} is not an ISO 8601 duration such as PT1M");
-    let rest = text.strip_prefix('P').ok_or_else(invalid)?;
-    let (date, time) = match rest.split_once('T') {
-        Some((d, t)) => (d, t),
-        None => (rest, ""),
-    };
-    let mut millis: f64 = 0.0;
-    let mut parse = |part: &str, units: &[(char, f64)]| -> Result<()> {
-        let mut number = String::new();
-        for c in part.chars() {
-            if c.is_ascii_digit() || c == '.' {
-                number.push(c);
-                continue;
-            }
-            let unit = units.iter().find(|(u, _)| *u == c).ok_or_else(invalid)?.1;
-            let value: f64 = number.parse().map_err(|_| invalid())?;
-            millis += value * unit;
-            number.clear();
-        }
-        if number.is_empty() {
-            Ok(())
-        } else {
-            Err(invalid())
-        }
-    };
-    parse(date, &[('D', 86_400_000.0), ('W', 7.0 * 86_400_000.0)])?;
-    parse(time, &[('H', 3_600_000.0), ('M', 60_000.0), ('S', 1000.0)])?;
-    if date.is_empty() && time.is_empty() {
-        return Err(invalid());
-    }
-    Ok(Duration::from_millis(millis.floor() as u64))
+/// Parses a duration as the emulator's config.json and the ATOM descriptions write it (an XML
+/// Schema duration such as `PT1M`, `P14D`, `PT0.5S`): the ATOM parser's rules, so the two
+/// agree on what is accepted and on `TimeSpan.MaxValue` meaning "never".
+fn iso_duration(text: &str) -> Result<Duration> {
+    parse_xml_duration(text)
+        .with_context(|| format!("{text:?} is not an ISO 8601 duration such as PT1M"))
 }
 
 /// Creates the declared entities that do not exist yet. Existing ones are left as they are
@@ -541,6 +514,7 @@ mod tests {
     }
 
     use super::*;
+    use ironbus_core::description::TIME_SPAN_MAX;
 
     #[test]
     fn durations_parse_like_dotnet_time_spans() {
@@ -551,13 +525,16 @@ mod tests {
             ("P14D", 14 * 86_400_000),
             ("PT1H30M", 5_400_000),
             ("P1DT1S", 86_401_000),
-            ("P10675199DT2H48M5.4775807S", 922_337_203_685_477),
         ];
         for (text, ms) in cases {
             assert_eq!(iso_duration(text).unwrap(), Duration::from_millis(ms), "{text}");
         }
-        for bad in ["", "P", "1M", "PTXS", "PT5", "PT5Q"] {
+        for bad in ["", "P", "1M", "PTXS", "PT5", "PT5Q", "P2W", "P1Y"] {
             assert!(iso_duration(bad).is_err(), "{bad}");
+        }
+        // TimeSpan.MaxValue, and anything a client rounded to within a second of it, is "never".
+        for never in ["P10675199DT2H48M5.4775807S", "P10675199DT2H48M5S"] {
+            assert_eq!(iso_duration(never).unwrap(), TIME_SPAN_MAX, "{never}");
         }
     }
 
