@@ -11,7 +11,6 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
 use ironbus_core::auth::{AuthorizationRule, Rights, SasPolicy};
 use ironbus_core::{
     Broker, BrokerError, CorrelationFilter, EntityDescription, EntityPath, EntityStatus,
@@ -20,6 +19,20 @@ use ironbus_core::{
 };
 use ironbus_transport_http::timefmt::parse_xml_duration;
 use serde_json::{Map, Value};
+
+mod error;
+
+use self::error::Within;
+pub use self::error::{ConfigError, ConfigErrorKind};
+
+type Result<T, E = ConfigError> = std::result::Result<T, E>;
+
+/// Returns early with [`ConfigError::invalid`] of the formatted message.
+macro_rules! invalid {
+    ($($message:tt)+) => {
+        return Err(ConfigError::invalid(format!($($message)+)))
+    };
+}
 
 /// A queue the file declares.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,12 +78,16 @@ impl Declared {
 
 /// Parses the file's text into the entities it declares.
 pub fn parse(text: &str) -> Result<Declared> {
-    let root: Value = serde_json::from_str(text).context("config is not valid JSON")?;
+    let root = json(text)?;
     let namespaces = root
         .get("UserConfig")
         .and_then(|u| u.get("Namespaces"))
         .and_then(Value::as_array)
-        .context("config needs UserConfig.Namespaces (the emulator's config.json format)")?;
+        .ok_or_else(|| {
+            ConfigError::invalid(
+                "config needs UserConfig.Namespaces (the emulator's config.json format)",
+            )
+        })?;
     let mut queues = Vec::new();
     let mut topics = Vec::new();
     for namespace in namespaces {
@@ -79,57 +96,58 @@ pub fn parse(text: &str) -> Result<Declared> {
         }
         let Some(list) = namespace.get("Queues").and_then(Value::as_array) else { continue };
         for queue in list {
-            let name = queue
-                .get("Name")
-                .and_then(Value::as_str)
-                .context("every queue needs a Name")?
-                .to_owned();
-            let description = queue_description(queue.get("Properties"))
-                .with_context(|| format!("queue {name}"))?;
+            let name = name_of(queue, "queue")?;
+            let description =
+                queue_description(queue.get("Properties")).within(|| format!("queue {name}"))?;
             queues.push(DeclaredQueue { name, description });
         }
     }
     Ok(Declared { queues, topics })
 }
 
+fn json(text: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| ConfigErrorKind::Json(e).into())
+}
+
 fn name_of(entity: &Value, what: &str) -> Result<String> {
-    Ok(entity
-        .get("Name")
-        .and_then(Value::as_str)
-        .with_context(|| format!("every {what} needs a Name"))?
-        .to_owned())
+    match entity.get("Name").and_then(Value::as_str) {
+        Some(name) => Ok(name.to_owned()),
+        None => invalid!("every {what} needs a Name"),
+    }
 }
 
 fn properties(entity: &Value) -> Result<Option<&Map<String, Value>>> {
     match entity.get("Properties") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Object(map)) => Ok(Some(map)),
-        Some(_) => bail!("Properties must be an object"),
+        Some(_) => invalid!("Properties must be an object"),
     }
 }
 
 fn declared_topic(topic: &Value) -> Result<DeclaredTopic> {
     let name = name_of(topic, "topic")?;
-    let context = || format!("topic {name}");
-    let description =
-        topic_description(properties(topic).with_context(context)?).with_context(context)?;
-    let mut subscriptions = Vec::new();
-    for sub in topic.get("Subscriptions").and_then(Value::as_array).into_iter().flatten() {
-        let sub_name = name_of(sub, "subscription").with_context(context)?;
-        let context = || format!("topic {name}, subscription {sub_name}");
-        let description = subscription_description(properties(sub).with_context(context)?)
-            .with_context(context)?;
-        let mut rules = Vec::new();
-        for rule in sub.get("Rules").and_then(Value::as_array).into_iter().flatten() {
-            let rule_name = name_of(rule, "rule").with_context(context)?;
-            let description = rule_description(properties(rule)?).with_context(|| {
-                format!("topic {name}, subscription {sub_name}, rule {rule_name}")
-            })?;
-            rules.push((rule_name, description));
-        }
-        subscriptions.push(DeclaredSubscription { name: sub_name, description, rules });
-    }
+    let place = || format!("topic {name}");
+    let description = properties(topic).and_then(topic_description).within(place)?;
+    let subscriptions = topic.get("Subscriptions").and_then(Value::as_array).into_iter().flatten();
+    let subscriptions = subscriptions.map(declared_subscription).collect::<Result<_>>();
+    let subscriptions = subscriptions.within(place)?;
     Ok(DeclaredTopic { name, description, subscriptions })
+}
+
+fn declared_subscription(sub: &Value) -> Result<DeclaredSubscription> {
+    let name = name_of(sub, "subscription")?;
+    let place = || format!("subscription {name}");
+    let description = properties(sub).and_then(subscription_description).within(place)?;
+    let mut rules = Vec::new();
+    for rule in sub.get("Rules").and_then(Value::as_array).into_iter().flatten() {
+        let rule_name = name_of(rule, "rule").within(place)?;
+        let description = properties(rule)
+            .and_then(rule_description)
+            .within(|| format!("rule {rule_name}"))
+            .within(place)?;
+        rules.push((rule_name, description));
+    }
+    Ok(DeclaredSubscription { name, description, rules })
 }
 
 /// One property's value, typed, with errors naming it.
@@ -140,16 +158,25 @@ struct Prop<'a> {
 
 impl Prop<'_> {
     fn text(&self) -> Result<&str> {
-        self.value.as_str().with_context(|| format!("{} must be a string", self.key))
+        self.value.as_str().ok_or_else(|| self.invalid("must be a string"))
     }
     fn flag(&self) -> Result<bool> {
-        self.value.as_bool().with_context(|| format!("{} must be true or false", self.key))
+        self.value.as_bool().ok_or_else(|| self.invalid("must be true or false"))
     }
     fn number(&self) -> Result<u64> {
-        self.value.as_u64().with_context(|| format!("{} must be a whole number", self.key))
+        self.value.as_u64().ok_or_else(|| self.invalid("must be a whole number"))
+    }
+    /// A whole number that fits `T` (a count or a size).
+    fn small<T: TryFrom<u64>>(&self) -> Result<T> {
+        let number = self.number()?;
+        // TryFromIntError says no more than "out of range".
+        T::try_from(number).map_err(|_| self.invalid(&format!("{number} is out of range")))
+    }
+    fn invalid(&self, what: &str) -> ConfigError {
+        ConfigError::invalid(format!("{} {what}", self.key))
     }
     fn duration(&self) -> Result<Duration> {
-        iso_duration(self.text()?)
+        iso_duration(self.text()?).within(|| self.key.to_owned())
     }
     fn target(&self) -> Result<Option<String>> {
         Ok(Some(self.text()?.to_owned()).filter(|s| !s.is_empty()))
@@ -160,7 +187,7 @@ impl Prop<'_> {
             "Disabled" => EntityStatus::Disabled,
             "SendDisabled" => EntityStatus::SendDisabled,
             "ReceiveDisabled" => EntityStatus::ReceiveDisabled,
-            other => bail!(
+            other => invalid!(
                 "Status {other:?} is not one of Active, Disabled, SendDisabled, ReceiveDisabled"
             ),
         })
@@ -178,7 +205,7 @@ fn topic_description(props: Option<&Map<String, Value>>) -> Result<TopicDescript
             }
             "RequiresDuplicateDetection" => d.requires_duplicate_detection = p.flag()?,
             "EnablePartitioning" => d.enable_partitioning = p.flag()?,
-            "PartitionCount" => d.partition_count = p.number()?.try_into()?,
+            "PartitionCount" => d.partition_count = p.small()?,
             "MaxSizeInMegabytes" => d.max_size_in_megabytes = p.number()?,
             "MaxMessageSizeInKilobytes" => d.max_message_size_in_kilobytes = p.number()?,
             "EnableBatchedOperations" => d.enable_batched_operations = p.flag()?,
@@ -190,7 +217,7 @@ fn topic_description(props: Option<&Map<String, Value>>) -> Result<TopicDescript
             "Status" => d.status = p.status()?,
             "UserMetadata" => d.user_metadata = Some(p.text()?.to_owned()),
             "AuthorizationRules" => d.authorization_rules = authorization_rules(value)?,
-            other => bail!("unknown topic property {other}"),
+            other => invalid!("unknown topic property {other}"),
         }
     }
     Ok(d)
@@ -209,7 +236,7 @@ fn subscription_description(props: Option<&Map<String, Value>>) -> Result<Subscr
             }
             "DefaultMessageTimeToLive" => d.default_message_time_to_live = p.duration()?,
             "LockDuration" => d.lock_duration = p.duration()?,
-            "MaxDeliveryCount" => d.max_delivery_count = p.number()?.try_into()?,
+            "MaxDeliveryCount" => d.max_delivery_count = p.small()?,
             "ForwardDeadLetteredMessagesTo" => d.forward_dead_lettered_messages_to = p.target()?,
             "ForwardTo" => d.forward_to = p.target()?,
             "RequiresSession" => d.requires_session = p.flag()?,
@@ -217,7 +244,7 @@ fn subscription_description(props: Option<&Map<String, Value>>) -> Result<Subscr
             "AutoDeleteOnIdle" => d.auto_delete_on_idle = p.duration()?,
             "Status" => d.status = p.status()?,
             "UserMetadata" => d.user_metadata = Some(p.text()?.to_owned()),
-            other => bail!("unknown subscription property {other}"),
+            other => invalid!("unknown subscription property {other}"),
         }
     }
     Ok(d)
@@ -231,34 +258,37 @@ fn rule_description(props: Option<&Map<String, Value>>) -> Result<RuleDescriptio
         match props.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Object(map)) => Ok(Some(map)),
-            Some(_) => bail!("{key} must be an object"),
+            Some(_) => invalid!("{key} must be an object"),
         }
     };
     let expression = |map: &Map<String, Value>, what: &str| -> Result<String> {
         map.get("SqlExpression")
             .and_then(Value::as_str)
             .map(str::to_owned)
-            .with_context(|| format!("{what} needs a SqlExpression string"))
+            .ok_or_else(|| ConfigError::invalid(format!("{what} needs a SqlExpression string")))
     };
     for key in props.keys() {
         if !matches!(key.as_str(), "FilterType" | "SqlFilter" | "CorrelationFilter" | "Action") {
-            bail!("unknown rule property {key}");
+            invalid!("unknown rule property {key}");
         }
     }
     let filter_type = props.get("FilterType").and_then(Value::as_str);
     let filter = match filter_type {
-        None if props.get("FilterType").is_some() => bail!("FilterType must be a string"),
+        None if props.get("FilterType").is_some() => invalid!("FilterType must be a string"),
         None => RuleFilter::True,
         Some(t) if t.eq_ignore_ascii_case("Sql") => {
-            let sql = object("SqlFilter")?.context("FilterType Sql needs a SqlFilter")?;
+            let Some(sql) = object("SqlFilter")? else {
+                invalid!("FilterType Sql needs a SqlFilter")
+            };
             RuleFilter::Sql { expression: expression(sql, "SqlFilter")?, parameters: Vec::new() }
         }
         Some(t) if t.eq_ignore_ascii_case("Correlation") => {
-            let c = object("CorrelationFilter")?
-                .context("FilterType Correlation needs a CorrelationFilter")?;
+            let Some(c) = object("CorrelationFilter")? else {
+                invalid!("FilterType Correlation needs a CorrelationFilter")
+            };
             correlation_filter(c)?
         }
-        Some(other) => bail!("FilterType {other:?} is not Sql or Correlation"),
+        Some(other) => invalid!("FilterType {other:?} is not Sql or Correlation"),
     };
     let action = match object("Action")? {
         None => None,
@@ -285,13 +315,13 @@ fn correlation_filter(c: &Map<String, Value>) -> Result<RuleFilter> {
             "ContentType" => f.content_type = text()?,
             "Properties" => {
                 let Some(map) = value.as_object() else {
-                    bail!("CorrelationFilter.Properties must be an object")
+                    invalid!("CorrelationFilter.Properties must be an object")
                 };
                 for (name, v) in map {
                     f.properties.push((name.clone(), property_value(name, v)?));
                 }
             }
-            other => bail!("unknown correlation filter property {other}"),
+            other => invalid!("unknown correlation filter property {other}"),
         }
     }
     Ok(RuleFilter::Correlation(f))
@@ -309,10 +339,10 @@ fn property_value(name: &str, value: &Value) -> Result<PropertyValue> {
                 Err(_) => PropertyValue::Long(i),
             },
             (None, Some(f)) => PropertyValue::Double(f),
-            _ => bail!("property {name}: {n} is out of range"),
+            _ => invalid!("property {name}: {n} is out of range"),
         },
         Value::Null => PropertyValue::Null,
-        _ => bail!("property {name} must be a string, number or boolean"),
+        _ => invalid!("property {name} must be a string, number or boolean"),
     })
 }
 
@@ -326,44 +356,34 @@ pub fn namespace_name(text: &str) -> Option<String> {
 fn queue_description(properties: Option<&Value>) -> Result<QueueDescription> {
     let mut d = QueueDescription::default();
     let Some(props) = properties else { return Ok(d) };
-    let Some(props) = props.as_object() else { bail!("Properties must be an object") };
+    let Some(props) = props.as_object() else { invalid!("Properties must be an object") };
     for (key, value) in props {
-        let text = || value.as_str().with_context(|| format!("{key} must be a string"));
-        let flag = || value.as_bool().with_context(|| format!("{key} must be true or false"));
-        let number = || value.as_u64().with_context(|| format!("{key} must be a whole number"));
-        let target =
-            || -> Result<Option<String>> { Ok(Some(text()?.to_owned()).filter(|s| !s.is_empty())) };
+        let p = Prop { key, value };
         match key.as_str() {
-            "DeadLetteringOnMessageExpiration" => d.dead_lettering_on_message_expiration = flag()?,
-            "DefaultMessageTimeToLive" => d.default_message_time_to_live = iso_duration(text()?)?,
-            "AutoDeleteOnIdle" => d.auto_delete_on_idle = iso_duration(text()?)?,
-            "EnableExpress" => d.enable_express = flag()?,
+            "DeadLetteringOnMessageExpiration" => {
+                d.dead_lettering_on_message_expiration = p.flag()?
+            }
+            "DefaultMessageTimeToLive" => d.default_message_time_to_live = p.duration()?,
+            "AutoDeleteOnIdle" => d.auto_delete_on_idle = p.duration()?,
+            "EnableExpress" => d.enable_express = p.flag()?,
             "DuplicateDetectionHistoryTimeWindow" => {
-                d.duplicate_detection_history_time_window = iso_duration(text()?)?
+                d.duplicate_detection_history_time_window = p.duration()?
             }
-            "ForwardDeadLetteredMessagesTo" => d.forward_dead_lettered_messages_to = target()?,
-            "ForwardTo" => d.forward_to = target()?,
-            "LockDuration" => d.lock_duration = iso_duration(text()?)?,
-            "MaxDeliveryCount" => d.max_delivery_count = number()?.try_into()?,
-            "RequiresDuplicateDetection" => d.requires_duplicate_detection = flag()?,
-            "RequiresSession" => d.requires_session = flag()?,
-            "EnablePartitioning" => d.enable_partitioning = flag()?,
-            "PartitionCount" => d.partition_count = number()?.try_into()?,
-            "MaxSizeInMegabytes" => d.max_size_in_megabytes = number()?,
-            "MaxMessageSizeInKilobytes" => d.max_message_size_in_kilobytes = number()?,
-            "EnableBatchedOperations" => d.enable_batched_operations = flag()?,
-            "Status" => {
-                d.status = match text()? {
-                    "Active" => EntityStatus::Active,
-                    "Disabled" => EntityStatus::Disabled,
-                    "SendDisabled" => EntityStatus::SendDisabled,
-                    "ReceiveDisabled" => EntityStatus::ReceiveDisabled,
-                    other => bail!("Status {other:?} is not one of Active, Disabled, SendDisabled, ReceiveDisabled"),
-                }
-            }
-            "UserMetadata" => d.user_metadata = Some(text()?.to_owned()),
+            "ForwardDeadLetteredMessagesTo" => d.forward_dead_lettered_messages_to = p.target()?,
+            "ForwardTo" => d.forward_to = p.target()?,
+            "LockDuration" => d.lock_duration = p.duration()?,
+            "MaxDeliveryCount" => d.max_delivery_count = p.small()?,
+            "RequiresDuplicateDetection" => d.requires_duplicate_detection = p.flag()?,
+            "RequiresSession" => d.requires_session = p.flag()?,
+            "EnablePartitioning" => d.enable_partitioning = p.flag()?,
+            "PartitionCount" => d.partition_count = p.small()?,
+            "MaxSizeInMegabytes" => d.max_size_in_megabytes = p.number()?,
+            "MaxMessageSizeInKilobytes" => d.max_message_size_in_kilobytes = p.number()?,
+            "EnableBatchedOperations" => d.enable_batched_operations = p.flag()?,
+            "Status" => d.status = p.status()?,
+            "UserMetadata" => d.user_metadata = Some(p.text()?.to_owned()),
             "AuthorizationRules" => d.authorization_rules = authorization_rules(value)?,
-            other => bail!("unknown queue property {other}"),
+            other => invalid!("unknown queue property {other}"),
         }
     }
     Ok(d)
@@ -372,19 +392,17 @@ fn queue_description(properties: Option<&Value>) -> Result<QueueDescription> {
 /// The namespace policies the file declares beyond the root key (an ironbus extension of the
 /// emulator's format): `UserConfig.Namespaces[].Policies`, each `{"Name", "Key", "Rights"}`.
 pub fn policies(text: &str) -> Result<Vec<SasPolicy>> {
-    let root: Value = serde_json::from_str(text).context("config is not valid JSON")?;
+    let root = json(text)?;
     let namespaces = root.get("UserConfig").and_then(|u| u.get("Namespaces"));
     let mut policies = Vec::new();
     for namespace in namespaces.and_then(Value::as_array).into_iter().flatten() {
         for policy in namespace.get("Policies").and_then(Value::as_array).into_iter().flatten() {
             let name = name_of(policy, "policy")?;
-            let context = || format!("policy {name}");
-            let key = policy
-                .get("Key")
-                .and_then(Value::as_str)
-                .context("every policy needs a Key")
-                .with_context(context)?;
-            let rights = rights(policy.get("Rights")).with_context(context)?;
+            let place = || format!("policy {name}");
+            let key = policy.get("Key").and_then(Value::as_str);
+            let key = key.ok_or_else(|| ConfigError::invalid("every policy needs a Key"));
+            let key = key.within(place)?;
+            let rights = rights(policy.get("Rights")).within(place)?;
             policies.push(SasPolicy::new(name.clone(), key, rights));
         }
     }
@@ -397,28 +415,30 @@ fn rights(value: Option<&Value>) -> Result<Rights> {
         Some(Value::String(text)) => text.clone(),
         Some(Value::Array(items)) => items
             .iter()
-            .map(|item| item.as_str().context("Rights must be strings"))
+            .map(|item| item.as_str().ok_or_else(|| ConfigError::invalid("Rights must be strings")))
             .collect::<Result<Vec<_>>>()?
             .join(","),
-        _ => bail!("Rights must list Manage, Send and/or Listen"),
+        _ => invalid!("Rights must list Manage, Send and/or Listen"),
     };
-    Ok(text.parse()?)
+    text.parse().map_err(|e| ConfigErrorKind::Rights(e).into())
 }
 
 /// A queue's or topic's `AuthorizationRules`: `[{"KeyName", "PrimaryKey", "SecondaryKey",
 /// "Rights"}]`, as in an ATOM description.
 fn authorization_rules(value: &Value) -> Result<Vec<AuthorizationRule>> {
-    let list = value.as_array().context("AuthorizationRules must be a list")?;
+    let Some(list) = value.as_array() else { invalid!("AuthorizationRules must be a list") };
     let mut rules = Vec::with_capacity(list.len());
     for rule in list {
         let field = |name: &str| rule.get(name).and_then(Value::as_str);
-        let key_name = field("KeyName").context("every authorization rule needs a KeyName")?;
-        let context = || format!("authorization rule {key_name}");
+        let Some(key_name) = field("KeyName") else {
+            invalid!("every authorization rule needs a KeyName")
+        };
+        let place = || format!("authorization rule {key_name}");
         let primary = field("PrimaryKey")
-            .context("every authorization rule needs a PrimaryKey")
-            .with_context(context)?;
+            .ok_or_else(|| ConfigError::invalid("every authorization rule needs a PrimaryKey"))
+            .within(place)?;
         let secondary = field("SecondaryKey").unwrap_or_default();
-        let rights = rights(rule.get("Rights")).with_context(context)?;
+        let rights = rights(rule.get("Rights")).within(place)?;
         rules.push(AuthorizationRule::new(key_name, primary, secondary, rights));
     }
     Ok(rules)
@@ -428,8 +448,9 @@ fn authorization_rules(value: &Value) -> Result<Vec<AuthorizationRule>> {
 /// Schema duration such as `PT1M`, `P14D`, `PT0.5S`): the ATOM parser's rules, so the two
 /// agree on what is accepted and on `TimeSpan.MaxValue` meaning "never".
 fn iso_duration(text: &str) -> Result<Duration> {
-    parse_xml_duration(text)
-        .with_context(|| format!("{text:?} is not an ISO 8601 duration such as PT1M"))
+    parse_xml_duration(text).ok_or_else(|| {
+        ConfigError::invalid(format!("{text:?} is not an ISO 8601 duration such as PT1M"))
+    })
 }
 
 /// Creates the declared entities that do not exist yet. Existing ones are left as they are
@@ -452,7 +473,7 @@ pub async fn apply(broker: &Broker, declared: &Declared) -> Result<usize> {
         match broker.create_queue(&queue.name, queue.description.clone()).await {
             Ok(_) => created += 1,
             Err(BrokerError::EntityAlreadyExists { .. }) => {}
-            Err(e) => return Err(e).with_context(|| format!("creating queue {}", queue.name)),
+            Err(e) => return Err(creating("queue", &queue.name, e)),
         }
     }
     for topic in &declared.topics {
@@ -462,7 +483,12 @@ pub async fn apply(broker: &Broker, declared: &Declared) -> Result<usize> {
 }
 
 fn parse_path(path: &str) -> Result<EntityPath> {
-    EntityPath::parse(path).with_context(|| format!("{path:?} is not a valid entity path"))
+    EntityPath::parse(path)
+        .map_err(|source| ConfigErrorKind::Path { path: path.to_owned(), source }.into())
+}
+
+fn creating(what: &'static str, path: impl ToString, source: BrokerError) -> ConfigError {
+    ConfigErrorKind::Create { what, path: path.to_string(), source }.into()
 }
 
 /// Creates a topic if it is missing (1 if it did, else 0).
@@ -471,7 +497,7 @@ async fn create_topic(broker: &Broker, topic: &DeclaredTopic) -> Result<usize> {
     match broker.create_entity(&path, EntityDescription::Topic(topic.description.clone())).await {
         Ok(_) => Ok(1),
         Err(BrokerError::EntityAlreadyExists { .. }) => Ok(0),
-        Err(e) => Err(e).with_context(|| format!("creating topic {}", topic.name)),
+        Err(e) => Err(creating("topic", &topic.name, e)),
     }
 }
 
@@ -481,20 +507,19 @@ async fn apply_subscriptions(broker: &Broker, topic: &DeclaredTopic) -> Result<u
     let mut created = 0;
     for sub in &topic.subscriptions {
         let sub_path = parse(&format!("{}/Subscriptions/{}", topic.name, sub.name))?;
-        let context = || format!("creating subscription {sub_path}");
         let mut rules = sub.rules.iter();
         let first = rules.next().cloned();
         match broker.create_subscription(&sub_path, sub.description.clone(), first).await {
             Ok(_) => created += 1,
             // An existing subscription keeps the rules it has.
             Err(BrokerError::EntityAlreadyExists { .. }) => continue,
-            Err(e) => return Err(e).with_context(context),
+            Err(e) => return Err(creating("subscription", &sub_path, e)),
         }
         for (name, rule) in rules {
             let rule_path = parse(&format!("{sub_path}/Rules/{name}"))?;
             match broker.create_entity(&rule_path, EntityDescription::Rule(rule.clone())).await {
                 Ok(_) => created += 1,
-                Err(e) => return Err(e).with_context(|| format!("creating rule {rule_path}")),
+                Err(e) => return Err(creating("rule", &rule_path, e)),
             }
         }
     }
@@ -709,6 +734,38 @@ mod tests {
         let sessions = r#"{"UserConfig": {"Namespaces": [{"Name": "n", "Queues": [{"Name": "q", "Properties": {"RequiresSession": true}}]}]}}"#;
         let declared = parse(sessions).unwrap();
         assert!(declared.queues[0].description.requires_session);
+    }
+
+    #[test]
+    fn mistakes_say_what_is_wrong_and_where() {
+        let queue = r#"{"UserConfig": {"Namespaces": [{"Queues": [
+            {"Name": "orders", "Properties": {"LockDuration": 5}}]}]}}"#;
+        let error = parse(queue).unwrap_err();
+        assert_eq!(error.to_string(), "queue orders: LockDuration must be a string");
+        assert_eq!(error.at(), "queue orders");
+        let rule = r#"{"UserConfig": {"Namespaces": [{"Topics": [{"Name": "t", "Subscriptions": [
+            {"Name": "s", "Rules": [{"Name": "r", "Properties": {"FilterType": "Regex"}}]}]}]}]}}"#;
+        assert_eq!(
+            parse(rule).unwrap_err().to_string(),
+            r#"topic t, subscription s, rule r: FilterType "Regex" is not Sql or Correlation"#
+        );
+        let lock = r#"{"UserConfig": {"Namespaces": [{"Queues": [
+            {"Name": "q", "Properties": {"LockDuration": "PT5X"}}]}]}}"#;
+        assert_eq!(
+            parse(lock).unwrap_err().to_string(),
+            r#"queue q, LockDuration: "PT5X" is not an ISO 8601 duration such as PT1M"#
+        );
+        let count = r#"{"UserConfig": {"Namespaces": [{"Queues": [
+            {"Name": "q", "Properties": {"MaxDeliveryCount": 5000000000}}]}]}}"#;
+        assert_eq!(
+            parse(count).unwrap_err().to_string(),
+            "queue q: MaxDeliveryCount 5000000000 is out of range"
+        );
+        // The JSON parser's error is the source, with its line and column.
+        let error = parse("not json").unwrap_err();
+        assert!(matches!(error.kind(), ConfigErrorKind::Json(_)), "{error:?}");
+        let source = std::error::Error::source(&error).expect("the JSON error").to_string();
+        assert!(source.contains("line 1 column 2"), "{source}");
     }
 
     #[test]
