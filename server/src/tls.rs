@@ -7,10 +7,35 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
 use clap::Args;
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// Why the TLS listeners' certificate cannot be read, generated or used; each names the file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    #[error("reading {}", path.display())]
+    ReadCertificates { path: PathBuf, source: pem::Error },
+    #[error("parsing the certificates in {}", path.display())]
+    ParseCertificates { path: PathBuf, source: pem::Error },
+    #[error("{} holds no PEM certificate", path.display())]
+    NoCertificate { path: PathBuf },
+    #[error("reading the private key {}", path.display())]
+    ReadKey { path: PathBuf, source: pem::Error },
+    /// The directory of the development certificate cannot be created.
+    #[error("creating {}", path.display())]
+    CreateDir { path: PathBuf, source: std::io::Error },
+    /// A file of the development certificate cannot be written.
+    #[error("writing {}", path.display())]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("generating the development certificate")]
+    Generate(#[source] rcgen::Error),
+    #[error("TLS protocol versions")]
+    ProtocolVersions(#[source] rustls::Error),
+    #[error("the TLS certificate and key do not fit together")]
+    KeyMismatch(#[source] rustls::Error),
+}
 
 /// The TLS listeners' certificate options.
 #[derive(Debug, Args)]
@@ -34,20 +59,22 @@ pub struct Certificate {
 
 impl TlsArgs {
     /// Reads the operator's certificate, or the development one (created if missing).
-    pub fn load(&self, data_dir: &Path) -> Result<Certificate> {
+    pub fn load(&self, data_dir: &Path) -> Result<Certificate, TlsError> {
         let (cert, key) = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => (cert.clone(), key.clone()),
             _ => development_certificate(data_dir)?,
         };
-        let chain = CertificateDer::pem_file_iter(&cert)
-            .with_context(|| format!("reading {}", cert.display()))?
-            .collect::<Result<Vec<_>, _>>()
-            .with_context(|| format!("parsing the certificates in {}", cert.display()))?;
-        if chain.is_empty() {
-            bail!("{} holds no PEM certificate", cert.display());
-        }
+        let chain = match CertificateDer::pem_file_iter(&cert) {
+            Ok(chain) => chain.collect::<Result<Vec<_>, _>>(),
+            Err(source) => return Err(TlsError::ReadCertificates { path: cert, source }),
+        };
+        let chain = match chain {
+            Ok(chain) if chain.is_empty() => return Err(TlsError::NoCertificate { path: cert }),
+            Ok(chain) => chain,
+            Err(source) => return Err(TlsError::ParseCertificates { path: cert, source }),
+        };
         let key = PrivateKeyDer::from_pem_file(&key)
-            .with_context(|| format!("reading the private key {}", key.display()))?;
+            .map_err(|source| TlsError::ReadKey { path: key, source })?;
         Ok(Certificate { chain, key })
     }
 }
@@ -55,14 +82,14 @@ impl TlsArgs {
 impl Certificate {
     /// A server configuration of this certificate offering the ALPN protocols `alpn` (none:
     /// clients that ask for none, as the AMQP SDKs, are served either way).
-    pub fn server_config(&self, alpn: &[&[u8]]) -> Result<Arc<rustls::ServerConfig>> {
+    pub fn server_config(&self, alpn: &[&[u8]]) -> Result<Arc<rustls::ServerConfig>, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .context("TLS protocol versions")?
+            .map_err(TlsError::ProtocolVersions)?
             .with_no_client_auth()
             .with_single_cert(self.chain.clone(), self.key.clone_key())
-            .context("the TLS certificate and key do not fit together")?;
+            .map_err(TlsError::KeyMismatch)?;
         config.alpn_protocols = alpn.iter().map(|protocol| protocol.to_vec()).collect();
         Ok(Arc::new(config))
     }
@@ -71,17 +98,18 @@ impl Certificate {
 /// The development certificate under `<data_dir>/tls`, created on first start: a CA
 /// (`ca.pem`, what clients trust) and a server certificate for `localhost` and `127.0.0.1`
 /// signed by it (`cert.pem`, `key.pem`). Returns the server certificate's and key's paths.
-fn development_certificate(data_dir: &Path) -> Result<(PathBuf, PathBuf)> {
+fn development_certificate(data_dir: &Path) -> Result<(PathBuf, PathBuf), TlsError> {
     let dir = data_dir.join("tls");
     let (ca_path, cert_path, key_path) =
         (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
     if !(ca_path.is_file() && cert_path.is_file() && key_path.is_file()) {
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let (ca, cert, key) = generate_development_certificate()?;
-        std::fs::write(&ca_path, ca).with_context(|| format!("writing {}", ca_path.display()))?;
-        std::fs::write(&cert_path, cert)
-            .with_context(|| format!("writing {}", cert_path.display()))?;
-        write_private(&key_path, &key)?;
+        if let Err(source) = std::fs::create_dir_all(&dir) {
+            return Err(TlsError::CreateDir { path: dir, source });
+        }
+        let (ca, cert, key) = generate_development_certificate().map_err(TlsError::Generate)?;
+        write(&ca_path, &ca, false)?;
+        write(&cert_path, &cert, false)?;
+        write(&key_path, &key, true)?;
         tracing::info!(ca = %ca_path.display(), "generated a development TLS certificate for localhost");
     }
     #[allow(clippy::print_stdout, reason = "people need the path to trust the certificate")]
@@ -95,18 +123,25 @@ fn development_certificate(data_dir: &Path) -> Result<(PathBuf, PathBuf)> {
     Ok((cert_path, key_path))
 }
 
-fn write_private(path: &Path, text: &str) -> Result<()> {
+/// Writes `text` to `path`; a `private` file (the key) is readable by its owner only.
+fn write(path: &Path, text: &str, private: bool) -> Result<(), TlsError> {
     use std::io::Write;
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(path).with_context(|| format!("writing {}", path.display()))?;
-    file.write_all(text.as_bytes()).with_context(|| format!("writing {}", path.display()))
+    if private {
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    }
+    #[cfg(not(unix))]
+    let _ = private;
+    options
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(|source| TlsError::Write { path: path.to_owned(), source })
 }
 
 /// (CA PEM, server certificate chain PEM, server key PEM).
-fn generate_development_certificate() -> Result<(String, String, String)> {
+fn generate_development_certificate() -> Result<(String, String, String), rcgen::Error> {
     use rcgen::{
         BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
         IsCa, KeyPair, KeyUsagePurpose,
