@@ -52,5 +52,5 @@ async fn main() -> anyhow::Result<()> {
     {
         println!("AMQP on {amqp}, queue `orders`; metrics on http://{http}/metrics");
     }
-    server.serve_until(ironbus::shutdown_requested()).await
+    Ok(server.serve_until(ironbus::shutdown_requested()).await?)
 }

@@ -4,13 +4,13 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
 use clap::Args;
 use ironbus_core::Tier;
 use ironbus_transport_amqp::StreamSender;
 use ironbus_transport_http::{HttpConfig, HttpTransport, WebSocketHook};
 
 use crate::tls::Certificate;
+use crate::ServerError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum TierArg {
@@ -36,19 +36,20 @@ pub struct HttpArgs {
 }
 
 /// A listener's address, `host:port`, or `None` for `off`; `flag` names the option in errors.
-pub fn parse_addr(flag: &str, value: &str) -> Result<Option<SocketAddr>> {
+pub fn parse_addr(flag: &str, value: &str) -> Result<Option<SocketAddr>, ServerError> {
     if value.eq_ignore_ascii_case("off") {
         return Ok(None);
     }
-    value
-        .parse()
-        .map(Some)
-        .with_context(|| format!("--{flag} {value:?}: expected host:port or off"))
+    value.parse().map(Some).map_err(|source| ServerError::Address {
+        flag: flag.to_owned(),
+        value: value.to_owned(),
+        source,
+    })
 }
 
 impl HttpArgs {
     /// The addresses that will be served, for the loopback check of the development key.
-    pub fn addrs(&self) -> Result<Vec<SocketAddr>> {
+    pub fn addrs(&self) -> Result<Vec<SocketAddr>, ServerError> {
         Ok([parse_addr("http-addr", &self.http_addr)?, parse_addr("https-addr", &self.https_addr)?]
             .into_iter()
             .flatten()
@@ -56,7 +57,7 @@ impl HttpArgs {
     }
 
     /// Where the HTTPS listener binds, unless it is off.
-    pub fn https_addr(&self) -> Result<Option<SocketAddr>> {
+    pub fn https_addr(&self) -> Result<Option<SocketAddr>, ServerError> {
         parse_addr("https-addr", &self.https_addr)
     }
 
@@ -75,7 +76,7 @@ pub async fn bind(
     args: &HttpArgs,
     certificate: Option<&Certificate>,
     config: HttpConfig,
-) -> Result<Option<HttpTransport>> {
+) -> Result<Option<HttpTransport>, ServerError> {
     let plain = parse_addr("http-addr", &args.http_addr)?;
     let tls_addr = parse_addr("https-addr", &args.https_addr)?;
     if plain.is_none() && tls_addr.is_none() {
@@ -83,12 +84,12 @@ pub async fn bind(
     }
     let tls = match (tls_addr, certificate) {
         (Some(addr), Some(certificate)) => Some((addr, certificate.server_config(&[b"http/1.1"])?)),
-        (Some(_), None) => bail!("the HTTPS listener needs the TLS certificate"),
+        (Some(_), None) => return Err(ServerError::MissingCertificate),
         (None, _) => None,
     };
     let transport = HttpTransport::bind(plain, tls, config)
         .await
-        .with_context(|| format!("binding the HTTP listeners ({plain:?}, {tls_addr:?})"))?;
+        .map_err(|source| ServerError::BindHttp { http: plain, https: tls_addr, source })?;
     Ok(Some(transport))
 }
 

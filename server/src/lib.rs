@@ -20,11 +20,15 @@
 //! `examples/custom.rs` shows a binary of its own: RocksDB, AMQP and `/metrics` in a few lines;
 //! `examples/embedded.rs` the engine alone, in-process.
 //!
-//! Errors here are for an operator to read (a config file's mistake, a port in use), not for a
-//! caller to branch on, so this assembly layer reports them with `anyhow`, as the binary did.
+//! Errors: [`ServerError`] says what failed to start or serve — a flag, a file, the config, a
+//! store, TLS, a listener, the broker, the signal handlers — with the path or address, and the
+//! error underneath as its `source`; [`config::ConfigError`] says what in a config file is wrong
+//! and where (`queue orders: LockDuration must be a string`). Their messages are for an
+//! operator: print the whole source chain, as the `ironbus` binary does.
 
 pub mod args;
 pub mod config;
+mod error;
 #[cfg(feature = "fault-injection")]
 pub mod faults;
 pub mod http;
@@ -35,5 +39,6 @@ pub mod stores;
 pub mod tls;
 
 pub use crate::args::Args;
+pub use crate::error::ServerError;
 pub use crate::server::{shutdown_requested, Server};
 pub use crate::start::{start, Started};

@@ -1,7 +1,8 @@
 //! `ironbus`: the default server — the broker engine on the chosen store (RocksDB by default, in
 //! `--data-dir`), the AMQP and HTTP transports, SAS keys and entities declared in a config file,
 //! Prometheus metrics on `/metrics` — until Ctrl-C or SIGTERM. The assembly is the `ironbus`
-//! library's (`src/lib.rs`); this is flags in, library calls out.
+//! library's (`src/lib.rs`); this is flags in, library calls out. An error ends it with its
+//! whole chain of sources (what failed, where, and why), as `anyhow` prints it.
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -26,5 +27,6 @@ async fn main() -> anyhow::Result<()> {
     for connection_string in started.connection_strings() {
         println!("{connection_string}");
     }
-    started.server.serve_until(ironbus::shutdown_requested()).await
+    started.server.serve_until(ironbus::shutdown_requested()).await?;
+    Ok(())
 }

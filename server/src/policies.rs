@@ -5,8 +5,9 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
 use ironbus_core::auth::{Authorizer, Rights, SasPolicy, DEVELOPMENT_KEY, DEVELOPMENT_POLICY_NAME};
+
+use crate::ServerError;
 
 /// The root policy, `RootManageSharedAccessKey` with the Manage right.
 #[derive(Debug, Clone)]
@@ -33,16 +34,13 @@ impl RootPolicy {
 pub fn root_policy(
     key: Option<&str>,
     served: impl IntoIterator<Item = SocketAddr>,
-) -> Result<RootPolicy> {
+) -> Result<RootPolicy, ServerError> {
     if let Some(key) = key {
         let policy = SasPolicy::new(DEVELOPMENT_POLICY_NAME, key.to_owned(), Rights::MANAGE);
         return Ok(RootPolicy { policy, development: false });
     }
     if let Some(addr) = served.into_iter().find(|addr| !addr.ip().is_loopback()) {
-        bail!(
-            "refusing to listen on {addr} with the public development key: set --sas-key \
-             (or IRONBUS_SAS_KEY) to serve a non-loopback address"
-        );
+        return Err(ServerError::DevelopmentKeyExposed { addr });
     }
     tracing::warn!(
         "running with the emulator's well-known development key ({DEVELOPMENT_KEY}); anyone who \
@@ -58,17 +56,19 @@ pub fn authorizer(
     root: SasPolicy,
     flags: &[SasPolicy],
     config: Option<&Path>,
-) -> Result<Authorizer> {
+) -> Result<Authorizer, ServerError> {
     let mut all = vec![root];
     all.extend_from_slice(flags);
     if let Some(path) = config {
         let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config {}", path.display()))?;
-        all.extend(
-            crate::config::policies(&text).with_context(|| format!("config {}", path.display()))?,
-        );
+            .map_err(|source| ServerError::ReadConfig { path: path.to_owned(), source })?;
+        let declared = crate::config::policies(&text).map_err(|source| ServerError::Config {
+            path: path.to_owned(),
+            source: Box::new(source),
+        })?;
+        all.extend(declared);
     }
-    Authorizer::new(all).context("shared access policies")
+    Authorizer::new(all).map_err(ServerError::Policies)
 }
 
 #[cfg(test)]

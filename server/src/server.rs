@@ -2,8 +2,9 @@
 
 use std::future::Future;
 
-use anyhow::{Context, Result};
 use ironbus_core::{shutdown_signal, Broker, Transport};
+
+use crate::ServerError;
 
 /// A broker and its transports, bound and ready: [`Server::serve_until`] serves them.
 pub struct Server {
@@ -35,8 +36,9 @@ impl Server {
 
     /// Serves every transport until `until` completes (e.g. [`shutdown_requested`]), then
     /// stops them, waits for them to finish and shuts the broker down; returns `until`'s
-    /// error, if any, once everything stopped. A transport that fails is logged.
-    pub async fn serve_until(self, until: impl Future<Output = Result<()>>) -> Result<()> {
+    /// error (whatever its type: [`ServerError`] for [`shutdown_requested`]), if any, once
+    /// everything stopped. A transport that fails is logged.
+    pub async fn serve_until<E>(self, until: impl Future<Output = Result<(), E>>) -> Result<(), E> {
         let (trigger, shutdown) = shutdown_signal();
         let mut serving = tokio::task::JoinSet::new();
         for transport in self.transports {
@@ -60,17 +62,19 @@ impl Server {
 }
 
 /// Completes on Ctrl-C or (Unix) SIGTERM.
-pub async fn shutdown_requested() -> Result<()> {
+pub async fn shutdown_requested() -> Result<(), ServerError> {
+    let failed = |action| move |source| ServerError::Signal { action, source };
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+        let mut term =
+            signal(SignalKind::terminate()).map_err(failed("installing SIGTERM handler"))?;
         tokio::select! {
-            r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+            r = tokio::signal::ctrl_c() => r.map_err(failed("waiting for Ctrl-C"))?,
             _ = term.recv() => {}
         }
     }
     #[cfg(not(unix))]
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    tokio::signal::ctrl_c().await.map_err(failed("waiting for Ctrl-C"))?;
     Ok(())
 }

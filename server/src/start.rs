@@ -3,7 +3,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
 use ironbus_core::auth::DEVELOPMENT_POLICY_NAME;
 use ironbus_core::{Broker, BrokerOptions, NamespaceLimits, SystemClock, Timestamp};
 use ironbus_metrics::PrometheusExporter;
@@ -12,7 +11,7 @@ use ironbus_transport_amqp::{AmqpOptions, AmqpTransport};
 use ironbus_transport_http::limits::ConnectionLimits as HttpLimits;
 use ironbus_transport_http::HttpConfig;
 
-use crate::{config, http, policies, Args, Server};
+use crate::{config, http, policies, Args, Server, ServerError};
 
 /// The default server, its listeners bound.
 #[derive(Debug)]
@@ -50,7 +49,7 @@ impl Started {
 /// Opens the stores and the broker, declares the config file's entities and binds every
 /// listener `args` asks for, publishing metrics through `metrics` (install it first, once per
 /// process: what is recorded before is lost).
-pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started> {
+pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, ServerError> {
     let amqps_addr = http::parse_addr("amqps-addr", &args.amqps_addr)?;
     let served = std::iter::once(args.amqp_addr).chain(amqps_addr).chain(args.http.addrs()?);
     let root = policies::root_policy(args.sas_key.as_deref(), served)?;
@@ -79,7 +78,7 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started> 
     let opening = std::time::Instant::now();
     let broker = Broker::open_with(stores, Arc::new(SystemClock), options)
         .await
-        .context("opening the broker")?;
+        .map_err(ServerError::OpenBroker)?;
     let recovered = broker.recovered().await;
     tracing::info!(
         messages = recovered,
@@ -90,12 +89,13 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started> 
     // The config's namespace name is what `$namespaceinfo` reports (else "ironbus").
     let mut namespace = None;
     if let Some(path) = &args.config {
+        let in_config =
+            |source| ServerError::Config { path: path.clone(), source: Box::new(source) };
         let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config {}", path.display()))?;
+            .map_err(|source| ServerError::ReadConfig { path: path.clone(), source })?;
         namespace = config::namespace_name(&text);
-        let declared =
-            config::parse(&text).with_context(|| format!("config {}", path.display()))?;
-        let created = config::apply(&broker, &declared).await?;
+        let declared = config::parse(&text).map_err(in_config)?;
+        let created = config::apply(&broker, &declared).await.map_err(in_config)?;
         tracing::info!(
             declared = declared.entity_count(),
             created,
@@ -116,13 +116,14 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started> 
         },
         ..AmqpOptions::default()
     };
+    let amqp_error = |addr| move |source| ServerError::Bind { listener: "AMQP", addr, source };
     let mut amqp = AmqpTransport::bind_with(args.amqp_addr, authorizer.clone(), amqp_options)
         .await
-        .with_context(|| format!("binding the AMQP listener on {}", args.amqp_addr))?;
+        .map_err(amqp_error(args.amqp_addr))?;
     if let (Some(addr), Some(certificate)) = (amqps_addr, &certificate) {
         amqp.bind_tls(addr, certificate.server_config(&[])?)
             .await
-            .with_context(|| format!("binding the AMQP TLS listener on {addr}"))?;
+            .map_err(|source| ServerError::Bind { listener: "AMQP TLS", addr, source })?;
     }
     metrics.watch_amqp(amqp.stats());
 
@@ -145,7 +146,7 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started> 
     let http = http::bind(&args.http, certificate.as_ref(), config).await?;
 
     let mut started = Started {
-        amqp_addr: amqp.local_addr()?,
+        amqp_addr: amqp.local_addr().map_err(amqp_error(args.amqp_addr))?,
         amqps_addr: amqp.tls_addr(),
         http_addr: http.as_ref().and_then(|http| http.plain_addr()),
         https_addr: http.as_ref().and_then(|http| http.tls_addr()),

@@ -4,11 +4,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
 use clap::Args;
 use ironbus_core::Store;
 use ironbus_store_memory::MemoryStore;
 use ironbus_store_rocksdb::{Durability, RocksOptions, RocksStore};
+
+use crate::ServerError;
 
 /// The storage options.
 #[derive(Debug, Args)]
@@ -46,7 +47,7 @@ pub enum DurabilityArg {
 
 impl StoreArgs {
     /// Opens the `--stores` store instances.
-    pub fn open(&self) -> Result<Vec<Arc<dyn Store>>> {
+    pub fn open(&self) -> Result<Vec<Arc<dyn Store>>, ServerError> {
         if self.store == StoreKind::Rocksdb && self.durability == DurabilityArg::Relaxed {
             tracing::warn!(
                 "--durability relaxed: acknowledged messages survive a crash of ironbus, but not \
@@ -54,13 +55,14 @@ impl StoreArgs {
             );
         }
         (0..self.stores)
-            .map(|i| -> Result<Arc<dyn Store>> {
+            .map(|i| -> Result<Arc<dyn Store>, ServerError> {
                 match self.store {
                     StoreKind::Memory => Ok(Arc::new(MemoryStore::new())),
                     StoreKind::Rocksdb => {
                         let dir = self.data_dir.join(format!("store-{i}"));
-                        std::fs::create_dir_all(&dir)
-                            .with_context(|| format!("creating {}", dir.display()))?;
+                        if let Err(source) = std::fs::create_dir_all(&dir) {
+                            return Err(ServerError::CreateDir { path: dir, source });
+                        }
                         let options = RocksOptions {
                             durability: match self.durability {
                                 DurabilityArg::Sync => Durability::Sync,
@@ -68,10 +70,10 @@ impl StoreArgs {
                             },
                             ..RocksOptions::default()
                         };
-                        let store = RocksStore::open(&dir, options).with_context(|| {
-                            format!("opening the RocksDB store in {}", dir.display())
-                        })?;
-                        Ok(Arc::new(store))
+                        match RocksStore::open(&dir, options) {
+                            Ok(store) => Ok(Arc::new(store)),
+                            Err(source) => Err(ServerError::OpenStore { path: dir, source }),
+                        }
                     }
                 }
             })

@@ -31,7 +31,7 @@ async fn the_custom_example_serves_amqp_and_metrics_on_rocksdb() {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(server.serve_until(async move {
         let _ = stopped.await;
-        Ok(())
+        Ok::<_, ironbus::ServerError>(())
     }));
 
     let health = get(http, "/health").await;

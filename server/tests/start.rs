@@ -39,7 +39,8 @@ async fn start(extra: &[&str]) -> (Started, TempDir) {
 
 fn serve(started: Started) -> (SocketAddr, SocketAddr) {
     let addrs = (started.amqp_addr, started.http_addr.expect("the plain listener is on"));
-    tokio::spawn(started.server.serve_until(std::future::pending()));
+    let forever = std::future::pending::<Result<(), ironbus::ServerError>>();
+    tokio::spawn(started.server.serve_until(forever));
     addrs
 }
 
