@@ -462,12 +462,7 @@ impl Broker {
                 )));
             }
         }
-        self.check_forwarding(
-            &description.forward_to,
-            &description.forward_dead_lettered_messages_to,
-            description.requires_session,
-            path,
-        )?;
+        self.check_forwarding(&description, path)?;
         let now = self.inner.clock.now();
         let id = self.inner.next_entity_id.load(Ordering::Acquire);
         let partitions = description.partitions();
@@ -553,6 +548,21 @@ impl Broker {
             answer?;
         }
         Ok(())
+    }
+
+    /// Stores `description` as the entity's new description, updated now (the caller holds the
+    /// management lock and has checked the update).
+    async fn write_update(
+        &self,
+        path: &EntityPath,
+        record: &mut EntityRecord,
+        description: EntityDescription,
+    ) -> Result<()> {
+        record.description = description;
+        record.updated_at = self.inner.clock.now();
+        let mut batch = WriteBatch::new();
+        batch.put(keys::entity(path.key()), codec::encode_entity(record));
+        Ok(self.namespace_store().write(batch).await?)
     }
 
     /// Replaces an entity's description with one of the same kind. The properties fixed at

@@ -65,6 +65,23 @@ pub struct MessageProperties {
     pub scheduled_enqueue_time: Option<Timestamp>,
 }
 
+impl MessageProperties {
+    /// The string properties, in the order body records store them.
+    pub(crate) fn strings(&self) -> [&Option<String>; 9] {
+        [
+            &self.message_id,
+            &self.session_id,
+            &self.partition_key,
+            &self.correlation_id,
+            &self.subject,
+            &self.to,
+            &self.reply_to,
+            &self.reply_to_session_id,
+            &self.content_type,
+        ]
+    }
+}
+
 /// A message as sent: properties, application properties and body.
 ///
 /// `body` is the application payload (an AMQP data section's bytes, an HTTP request body).
@@ -149,19 +166,8 @@ impl Message {
         if let Some(raw) = &self.raw {
             return raw.len();
         }
-        let p = &self.properties;
-        let strings = [
-            &p.message_id,
-            &p.session_id,
-            &p.partition_key,
-            &p.correlation_id,
-            &p.subject,
-            &p.to,
-            &p.reply_to,
-            &p.reply_to_session_id,
-            &p.content_type,
-        ];
-        let props: usize = strings.iter().filter_map(|s| s.as_ref()).map(|s| s.len()).sum();
+        let props: usize =
+            self.properties.strings().iter().filter_map(|s| s.as_ref()).map(|s| s.len()).sum();
         let app: usize =
             self.application_properties.iter().map(|(k, v)| k.len() + value_size(v)).sum();
         self.body.len() + props + app

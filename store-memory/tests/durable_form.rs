@@ -90,21 +90,25 @@ ironbus_core::store_conformance_suite!(
     durable: |dir: PathBuf| async move { Arc::new(SnapshotStore::open(&dir).await) },
 );
 
+/// Opens a store that forgets: a new, empty `MemoryStore` whatever `dir` holds.
+async fn open_forgetful(_dir: PathBuf) -> Arc<MemoryStore> {
+    Arc::new(MemoryStore::new())
+}
+
 #[tokio::test]
 #[should_panic(expected = "assertion `left == right` failed")]
 async fn data_survives_reopen_fails_for_a_store_that_forgets() {
-    conformance::data_survives_reopen(|_dir| async { Arc::new(MemoryStore::new()) }).await;
+    conformance::data_survives_reopen(open_forgetful).await;
 }
 
 #[tokio::test]
 #[should_panic(expected = "after reopen")]
 async fn batch_survives_reopen_fails_for_a_store_that_forgets() {
-    conformance::batch_survives_reopen_atomically(|_dir| async { Arc::new(MemoryStore::new()) })
-        .await;
+    conformance::batch_survives_reopen_atomically(open_forgetful).await;
 }
 
 #[tokio::test]
 #[should_panic(expected = "assertion `left == right` failed")]
 async fn delete_range_survives_reopen_fails_for_a_store_that_forgets() {
-    conformance::delete_range_survives_reopen(|_dir| async { Arc::new(MemoryStore::new()) }).await;
+    conformance::delete_range_survives_reopen(open_forgetful).await;
 }

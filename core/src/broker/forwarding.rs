@@ -54,7 +54,7 @@ use std::time::Duration;
 use super::sending::{requires_session_id, Reservation};
 use super::{takes_sends, Broker, EntityHandle};
 use crate::address::{EntityAddress, EntityPath};
-use crate::description::QueueDescription;
+use crate::description::{QueueDescription, SubscriptionDescription};
 use crate::entity::EntityKind;
 use crate::error::{BrokerError, Result};
 use crate::message::{
@@ -147,6 +147,25 @@ pub fn creation_order(queues: &[(&str, &QueueDescription)]) -> Vec<usize> {
     order
 }
 
+/// A description with forwarding rules (a queue's, a subscription's), as
+/// [`Broker::check_forwarding`] reads them.
+pub(crate) trait Forwards {
+    /// ForwardTo, ForwardDeadLetteredMessagesTo, and whether the entity requires sessions.
+    fn forwarding(&self) -> (&Option<String>, &Option<String>, bool);
+}
+
+impl Forwards for QueueDescription {
+    fn forwarding(&self) -> (&Option<String>, &Option<String>, bool) {
+        (&self.forward_to, &self.forward_dead_lettered_messages_to, self.requires_session)
+    }
+}
+
+impl Forwards for SubscriptionDescription {
+    fn forwarding(&self) -> (&Option<String>, &Option<String>, bool) {
+        (&self.forward_to, &self.forward_dead_lettered_messages_to, self.requires_session)
+    }
+}
+
 impl Broker {
     /// Checks a queue's or subscription's forwarding rules (at create and update): each
     /// destination must be a queue or topic of the namespace (an entity may name itself: the
@@ -160,11 +179,10 @@ impl Broker {
     /// session-enabled queue created with ForwardTo naming a topic: 201, ForwardTo kept.
     pub(crate) fn check_forwarding(
         &self,
-        forward_to: &Option<String>,
-        forward_dead_letters_to: &Option<String>,
-        requires_session: bool,
+        description: &impl Forwards,
         source: &EntityPath,
     ) -> Result<()> {
+        let (forward_to, forward_dead_letters_to, requires_session) = description.forwarding();
         for (field, target) in
             [("ForwardTo", forward_to), ("ForwardDeadLetteredMessagesTo", forward_dead_letters_to)]
         {

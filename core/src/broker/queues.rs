@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use super::{ask_all, entity_info, Broker, EntityHandle};
 use crate::address::EntityPath;
-use crate::codec::{self, EntityRecord};
+use crate::codec::EntityRecord;
 use crate::description::{validate_entity_name, QueueDescription};
 use crate::entity::{EntityDescription, EntityInfo, EntityKind};
 use crate::error::{BrokerError, Result};
@@ -192,19 +192,10 @@ impl Broker {
             )));
         };
         current.validate_update(new)?;
-        self.check_forwarding(
-            &new.forward_to,
-            &new.forward_dead_lettered_messages_to,
-            new.requires_session,
-            &entity.path,
-        )?;
+        self.check_forwarding(new, &entity.path)?;
         let shared = Arc::new(new.clone());
         self.require_all_partitions(&entity).await?;
-        record.description = description;
-        record.updated_at = self.inner.clock.now();
-        let mut batch = WriteBatch::new();
-        batch.put(keys::entity(entity.path.key()), codec::encode_entity(&record));
-        self.namespace_store().write(batch).await?;
+        self.write_update(&entity.path, &mut record, description).await?;
         entity.set_record(record.clone(), shared.clone());
         for p in &entity.partitions {
             p.send(Command::Update(shared.clone()));

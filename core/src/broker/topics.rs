@@ -209,12 +209,7 @@ impl Broker {
             )));
         }
         self.check_filter_quota(&topic.path, &rule, None)?;
-        self.check_forwarding(
-            &description.forward_to,
-            &description.forward_dead_lettered_messages_to,
-            description.requires_session,
-            path,
-        )?;
+        self.check_forwarding(&description, path)?;
         let topic_description = topic_description(&topic)?;
         let now = self.inner.clock.now();
         let id = self.inner.next_entity_id.load(std::sync::atomic::Ordering::Acquire);
@@ -309,12 +304,7 @@ impl Broker {
             }
             (EntityDescription::Subscription(current), EntityDescription::Subscription(new)) => {
                 current.validate_update(new)?;
-                self.check_forwarding(
-                    &new.forward_to,
-                    &new.forward_dead_lettered_messages_to,
-                    new.requires_session,
-                    &entity.path,
-                )?;
+                self.check_forwarding(new, &entity.path)?;
             }
             (EntityDescription::Rule(_), EntityDescription::Rule(new)) => {
                 crate::rules::compile_rule(entity.path.name(), new)?;
@@ -334,11 +324,7 @@ impl Broker {
         if has_partitions(entity.kind) {
             self.require_all_partitions(&entity).await?;
         }
-        record.description = description;
-        record.updated_at = self.inner.clock.now();
-        let mut batch = WriteBatch::new();
-        batch.put(keys::entity(entity.path.key()), codec::encode_entity(&record));
-        self.namespace_store().write(batch).await?;
+        self.write_update(&entity.path, &mut record, description).await?;
         match &record.description {
             EntityDescription::Topic(topic) => {
                 let effective = Arc::new(topic.effective());

@@ -148,17 +148,7 @@ pub(super) fn decode_pairs(r: &mut Reader<'_>) -> DecodeResult<Vec<(String, Prop
 
 /// The system properties a sender set, as body records (and version-2 meta records) hold them.
 pub(super) fn encode_message_properties(w: &mut Writer, p: &MessageProperties) {
-    for s in [
-        &p.message_id,
-        &p.session_id,
-        &p.partition_key,
-        &p.correlation_id,
-        &p.subject,
-        &p.to,
-        &p.reply_to,
-        &p.reply_to_session_id,
-        &p.content_type,
-    ] {
+    for s in p.strings() {
         w.opt_str(s);
     }
     w.opt_i64(p.time_to_live.map(|d| d.as_millis().min(i64::MAX as u128) as i64));

@@ -255,15 +255,21 @@ impl fmt::Display for Literal {
 }
 
 impl CompareOp {
-    fn symbol(self) -> &'static str {
+    /// The operator in quotes, as a syntax error names its token: `'<='`.
+    pub(crate) fn quoted(self) -> &'static str {
         match self {
-            CompareOp::Eq => "=",
-            CompareOp::NotEq => "<>",
-            CompareOp::Lt => "<",
-            CompareOp::Le => "<=",
-            CompareOp::Gt => ">",
-            CompareOp::Ge => ">=",
+            CompareOp::Eq => "'='",
+            CompareOp::NotEq => "'<>'",
+            CompareOp::Lt => "'<'",
+            CompareOp::Le => "'<='",
+            CompareOp::Gt => "'>'",
+            CompareOp::Ge => "'>='",
         }
+    }
+
+    /// The operator as SQL writes it: `<=`.
+    fn symbol(self) -> &'static str {
+        self.quoted().trim_matches('\'')
     }
 }
 

@@ -2,6 +2,7 @@
 //! identifiers the parser recognises case-insensitively, so `p`, `sys` and `user` stay usable as
 //! names where they are not followed by `(` or `.`.
 
+use super::ast::CompareOp;
 use super::error::{FilterError, FilterErrorKind};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -25,13 +26,8 @@ pub(crate) enum TokenKind {
     Star,
     Slash,
     Percent,
-    Eq,
-    /// `<>` or `!=`.
-    NotEq,
-    Lt,
-    Le,
-    Gt,
-    Ge,
+    /// `=`, `<>` or `!=`, `<`, `<=`, `>`, `>=`.
+    Compare(CompareOp),
     Eof,
 }
 
@@ -64,12 +60,7 @@ impl TokenKind {
             TokenKind::Star => "'*'",
             TokenKind::Slash => "'/'",
             TokenKind::Percent => "'%'",
-            TokenKind::Eq => "'='",
-            TokenKind::NotEq => "'<>'",
-            TokenKind::Lt => "'<'",
-            TokenKind::Le => "'<='",
-            TokenKind::Gt => "'>'",
-            TokenKind::Ge => "'>='",
+            TokenKind::Compare(op) => op.quoted(),
             TokenKind::Eof => "end of expression",
         }
     }
@@ -165,28 +156,28 @@ impl Lexer<'_> {
             '*' => TokenKind::Star,
             '/' => TokenKind::Slash,
             '%' => TokenKind::Percent,
-            '=' => TokenKind::Eq,
-            '<' => match self.peek() {
+            '=' => TokenKind::Compare(CompareOp::Eq),
+            '<' => TokenKind::Compare(match self.peek() {
                 Some('>') => {
                     self.bump();
-                    TokenKind::NotEq
+                    CompareOp::NotEq
                 }
                 Some('=') => {
                     self.bump();
-                    TokenKind::Le
+                    CompareOp::Le
                 }
-                _ => TokenKind::Lt,
-            },
-            '>' => match self.peek() {
+                _ => CompareOp::Lt,
+            }),
+            '>' => TokenKind::Compare(match self.peek() {
                 Some('=') => {
                     self.bump();
-                    TokenKind::Ge
+                    CompareOp::Ge
                 }
-                _ => TokenKind::Gt,
-            },
+                _ => CompareOp::Gt,
+            }),
             '!' if self.peek() == Some('=') => {
                 self.bump();
-                TokenKind::NotEq
+                TokenKind::Compare(CompareOp::NotEq)
             }
             '\'' => TokenKind::String(self.quoted('\'', start, line, column, "string")?),
             '[' => {

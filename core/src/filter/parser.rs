@@ -70,7 +70,7 @@ pub(crate) fn parse_action(
         }
         let statement = if p.keyword("SET") {
             let target = p.target()?;
-            p.expect(&TokenKind::Eq, "'='")?;
+            p.expect(&TokenKind::Compare(CompareOp::Eq), "'='")?;
             let at = p.pos;
             let node = p.additive()?;
             Statement::Set(target, p.value_at(node, at, "SET needs a value, not a condition")?)
@@ -232,16 +232,7 @@ impl Parser<'_, '_> {
     fn comparison(&mut self) -> Result<Node, FilterError> {
         let at = self.pos;
         let left = self.additive()?;
-        let op = match self.token().kind {
-            TokenKind::Eq => Some(CompareOp::Eq),
-            TokenKind::NotEq => Some(CompareOp::NotEq),
-            TokenKind::Lt => Some(CompareOp::Lt),
-            TokenKind::Le => Some(CompareOp::Le),
-            TokenKind::Gt => Some(CompareOp::Gt),
-            TokenKind::Ge => Some(CompareOp::Ge),
-            _ => None,
-        };
-        if let Some(op) = op {
+        if let TokenKind::Compare(op) = self.token().kind {
             let left = self.value_at(left, at, "a condition cannot be compared")?;
             self.advance();
             let at = self.pos;

@@ -620,6 +620,30 @@ pub async fn model_based_random_ops_match_btreemap(store: Arc<dyn Store>) {
 // ---------------------------------------------------------------------------------------------
 // Durability (opt-in)
 
+/// What a durability case takes: a factory that opens a store at a directory, and opens it
+/// again there after it was closed. Every `Fn(PathBuf) -> impl Future<Output = Arc<S>>` is one.
+pub trait OpenAt {
+    type Store: Store + ?Sized;
+    type Opening: Future<Output = Arc<Self::Store>>;
+
+    /// Opens the store at `dir`.
+    fn open_at(&self, dir: PathBuf) -> Self::Opening;
+}
+
+impl<F, Fut, S> OpenAt for F
+where
+    F: Fn(PathBuf) -> Fut,
+    Fut: Future<Output = Arc<S>>,
+    S: Store + ?Sized,
+{
+    type Store = S;
+    type Opening = Fut;
+
+    fn open_at(&self, dir: PathBuf) -> Fut {
+        self(dir)
+    }
+}
+
 /// Drops the last reference to a store so that it closes before being opened again.
 fn close<S: Store + ?Sized>(store: Arc<S>) {
     assert_eq!(
@@ -630,20 +654,16 @@ fn close<S: Store + ?Sized>(store: Arc<S>) {
     drop(store);
 }
 
-pub async fn data_survives_reopen<F, Fut, S>(open_at: F)
-where
-    F: Fn(PathBuf) -> Fut,
-    Fut: Future<Output = Arc<S>>,
-    S: Store + ?Sized,
-{
+pub async fn data_survives_reopen(open_at: impl OpenAt) {
     let dir = TempDir::new("durability");
-    let store = open_at(dir.path().to_path_buf()).await;
+    let open = || open_at.open_at(dir.path().to_path_buf());
+    let store = open().await;
     put_all(&*store, &[(b"a", b"1"), (b"b", b"2"), (b"\xff", b"3")]).await;
     put(&*store, b"b", b"22").await;
     put(&*store, b"empty", b"").await;
     close(store);
 
-    let store = open_at(dir.path().to_path_buf()).await;
+    let store = open().await;
     let expected = pairs(&[(b"a", b"1"), (b"b", b"22"), (b"empty", b""), (b"\xff", b"3")]);
     assert_eq!(scan_all(&*store).await, expected);
     assert_eq!(get(&*store, b"b").await.as_deref(), Some(&b"22"[..]));
@@ -651,7 +671,7 @@ where
     put(&*store, b"c", b"4").await;
     close(store);
 
-    let store = open_at(dir.path().to_path_buf()).await;
+    let store = open().await;
     assert_eq!(
         scan_all(&*store).await,
         pairs(&[(b"a", b"1"), (b"b", b"22"), (b"c", b"4"), (b"empty", b""), (b"\xff", b"3")])
@@ -659,14 +679,10 @@ where
     close(store);
 }
 
-pub async fn batch_survives_reopen_atomically<F, Fut, S>(open_at: F)
-where
-    F: Fn(PathBuf) -> Fut,
-    Fut: Future<Output = Arc<S>>,
-    S: Store + ?Sized,
-{
+pub async fn batch_survives_reopen_atomically(open_at: impl OpenAt) {
     let dir = TempDir::new("durability");
-    let store = open_at(dir.path().to_path_buf()).await;
+    let open = || open_at.open_at(dir.path().to_path_buf());
+    let store = open().await;
     let mut model = BTreeMap::new();
     let mut first = WriteBatch::new();
     for i in 0..500u32 {
@@ -691,19 +707,15 @@ where
     assert_eq!(owned(scan_all(&*store).await), expected, "before reopen");
     close(store);
 
-    let store = open_at(dir.path().to_path_buf()).await;
+    let store = open().await;
     assert_eq!(owned(scan_all(&*store).await), expected, "after reopen");
     close(store);
 }
 
-pub async fn delete_range_survives_reopen<F, Fut, S>(open_at: F)
-where
-    F: Fn(PathBuf) -> Fut,
-    Fut: Future<Output = Arc<S>>,
-    S: Store + ?Sized,
-{
+pub async fn delete_range_survives_reopen(open_at: impl OpenAt) {
     let dir = TempDir::new("durability");
-    let store = open_at(dir.path().to_path_buf()).await;
+    let open = || open_at.open_at(dir.path().to_path_buf());
+    let store = open().await;
     let mut batch = WriteBatch::new();
     for i in 0..100u32 {
         batch.put(format!("r/{i:03}"), b"v".to_vec());
@@ -714,13 +726,13 @@ where
     close(store);
 
     // Delete a range of keys that were written before the reopen (so already persisted).
-    let store = open_at(dir.path().to_path_buf()).await;
+    let store = open().await;
     let mut batch = WriteBatch::new();
     batch.delete_range(&b"r/"[..], prefix_end(b"r/"));
     write(&*store, batch).await;
     close(store);
 
-    let store = open_at(dir.path().to_path_buf()).await;
+    let store = open().await;
     assert_eq!(scan_all(&*store).await, pairs(&[(b"q", b"before"), (b"s", b"after")]));
     assert!(scan(&*store, b"r/", &prefix_end(b"r/"), usize::MAX).await.is_empty());
     close(store);
