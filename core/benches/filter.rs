@@ -11,6 +11,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use cap::Cap;
+use clap::Parser;
 use ironbus_core::filter::{
     CorrelationFilter, EvalContext, Filter, Parameters, PublishInfo, SqlFilter,
 };
@@ -73,18 +74,19 @@ fn measure(iterations: u64, mut f: impl FnMut() -> usize) -> (f64, f64) {
     (best, bytes as f64 / (per_round * ROUNDS) as f64)
 }
 
+/// Cost of subscription rules: time and heap bytes per evaluation.
+#[derive(Debug, Parser)]
+struct Options {
+    /// Evaluations per case, over all rounds.
+    #[arg(long, default_value_t = 2_000_000)]
+    iterations: u64,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long = "bench", hide = true)]
+    _bench: bool,
+}
+
 fn main() {
-    let mut iterations: u64 = 2_000_000;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--iterations" => {
-                iterations = args.next().and_then(|v| v.parse().ok()).expect("--iterations N")
-            }
-            "--bench" => {}
-            other => panic!("unknown argument {other}"),
-        }
-    }
+    let Options { iterations, .. } = Options::parse();
 
     let m = message();
     let publish = PublishInfo {

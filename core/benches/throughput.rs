@@ -11,55 +11,49 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, BytesMut};
+use clap::Parser;
 use ironbus_core::{Broker, Message, NamespaceLimits, QueueDescription, ReceiveMode, SystemClock};
 use ironbus_store_memory::MemoryStore;
 use tokio::task::JoinSet;
 
-#[derive(Debug, Clone)]
+/// In-process throughput of the core engine: messages/s and end-to-end latency per scenario.
+#[derive(Debug, Clone, Parser)]
 struct Options {
+    /// Messages per scenario.
+    #[arg(long, default_value_t = 200_000)]
     messages: usize,
+    /// Body bytes per message.
+    #[arg(long, default_value_t = 1024)]
     size: usize,
+    /// Each consumer's credit.
+    #[arg(long, default_value_t = 100)]
     credit: u32,
+    /// Sends each producer keeps in flight.
+    #[arg(long, default_value_t = 32)]
     window: usize,
+    /// The queue's partitions.
+    #[arg(long, default_value_t = 16)]
     partitions: u16,
+    /// Producers x consumers, `PxC`, repeatable (default: 1x1 and 4x4).
+    #[arg(long = "scenario", value_parser = scenario)]
     scenarios: Vec<(usize, usize)>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long = "bench", hide = true)]
+    _bench: bool,
 }
 
-fn parse_args() -> Options {
-    let mut o = Options {
-        messages: 200_000,
-        size: 1024,
-        credit: 100,
-        window: 32,
-        partitions: 16,
-        scenarios: Vec::new(),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().unwrap_or_else(|| panic!("{arg} needs a value"));
-        match arg.as_str() {
-            "--messages" => o.messages = value().parse().expect("--messages N"),
-            "--size" => o.size = value().parse().expect("--size BYTES"),
-            "--credit" => o.credit = value().parse().expect("--credit N"),
-            "--window" => o.window = value().parse().expect("--window N"),
-            "--partitions" => o.partitions = value().parse().expect("--partitions N"),
-            "--scenario" => {
-                let v = value();
-                let (p, c) = v.split_once('x').expect("--scenario PxC");
-                o.scenarios.push((p.parse().expect("P"), c.parse().expect("C")));
-            }
-            "--bench" => {}
-            other => panic!("unknown argument {other}"),
-        }
-    }
-    if o.scenarios.is_empty() {
-        o.scenarios = vec![(1, 1), (4, 4)];
-    }
-    o
+/// A `PxC` scenario: producers and consumers.
+fn scenario(text: &str) -> Result<(usize, usize), String> {
+    let parse = |n: &str| n.parse().map_err(|err| format!("{text}: {err}"));
+    let (p, c) = text.split_once('x').ok_or_else(|| format!("{text}: expected PxC"))?;
+    Ok((parse(p)?, parse(c)?))
 }
 
 fn main() {
-    let options = parse_args();
+    let mut options = Options::parse();
+    if options.scenarios.is_empty() {
+        options.scenarios = vec![(1, 1), (4, 4)];
+    }
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     for &(producers, consumers) in &options.scenarios {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cap::Cap;
+use clap::Parser;
 use ironbus_core::testing::TempDir;
 use ironbus_core::{
     Broker, BrokerOptions, Message, QueueDescription, ReceiveMode, Store, SystemClock,
@@ -30,32 +31,27 @@ static ALLOCATOR: Cap<std::alloc::System> = Cap::new(std::alloc::System, usize::
 const BATCH: usize = 100;
 const SENDERS: usize = 8;
 
-#[derive(Debug)]
+/// A large backlog on RocksDB: memory per message, recovery time, drain rate.
+#[derive(Debug, Parser)]
 struct Options {
+    /// Messages in the backlog.
+    #[arg(long, default_value_t = 1_000_000)]
     messages: usize,
+    /// Body bytes per message.
+    #[arg(long, default_value_t = 1024)]
     size: usize,
+    /// The queue's partitions.
+    #[arg(long, default_value_t = 1)]
     partitions: u16,
+    /// The broker's body cache, in MiB.
+    #[arg(long, default_value_t = 64)]
     body_cache_mb: u64,
+    /// Where RocksDB keeps its files (default: a temporary directory).
+    #[arg(long)]
     dir: Option<std::path::PathBuf>,
-}
-
-fn parse_args() -> Options {
-    let mut o =
-        Options { messages: 1_000_000, size: 1024, partitions: 1, body_cache_mb: 64, dir: None };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().unwrap_or_else(|| panic!("{arg} needs a value"));
-        match arg.as_str() {
-            "--messages" => o.messages = value().parse().expect("--messages N"),
-            "--size" => o.size = value().parse().expect("--size BYTES"),
-            "--partitions" => o.partitions = value().parse().expect("--partitions N"),
-            "--body-cache-mb" => o.body_cache_mb = value().parse().expect("--body-cache-mb N"),
-            "--dir" => o.dir = Some(value().into()),
-            "--bench" => {}
-            other => panic!("unknown argument {other}"),
-        }
-    }
-    o
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long = "bench", hide = true)]
+    _bench: bool,
 }
 
 /// Resident set size of this process, in bytes (Linux; 0 elsewhere).
@@ -77,7 +73,7 @@ fn per_message(before: usize, after: usize, messages: usize) -> f64 {
 }
 
 fn main() {
-    let o = parse_args();
+    let o = Options::parse();
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     runtime.block_on(run(o));

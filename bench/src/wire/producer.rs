@@ -5,9 +5,9 @@ use std::{collections::VecDeque, sync::atomic::Ordering, time::Instant};
 use anyhow::{bail, Context, Result};
 use bytes::{BufMut, Bytes, BytesMut};
 use fe2o3_amqp_types::{
-    definitions::{DeliveryTag, Handle, Role, SenderSettleMode},
+    definitions::{Handle, Role, SenderSettleMode},
     messaging::DeliveryState,
-    performatives::{Disposition, Flow, Performative, Transfer},
+    performatives::{Disposition, Flow, Performative},
 };
 use ironbus_transport_amqp::frame;
 use tokio::sync::watch;
@@ -192,19 +192,7 @@ impl Producer {
 fn write_transfer(out: &mut BytesMut, max_frame: u32, id: u32, message: Bytes) -> u32 {
     let frame_len = FRAME_HEADER_LEN + TRANSFER_LEN + message.len();
     if frame_len > max_frame as usize {
-        let transfer = Transfer {
-            handle: Handle(HANDLE),
-            delivery_id: Some(id),
-            delivery_tag: Some(DeliveryTag::from(id.to_be_bytes().to_vec())),
-            message_format: Some(0),
-            settled: Some(false),
-            more: false,
-            rcv_settle_mode: None,
-            state: None,
-            resume: false,
-            aborted: false,
-            batchable: false,
-        };
+        let transfer = frame::delivery_transfer(HANDLE, id, id.to_be_bytes().to_vec(), false);
         return frame::write_transfer(out, CHANNEL, transfer, message, max_frame);
     }
     out.reserve(frame_len);
