@@ -32,8 +32,9 @@ mod tidy;
 use std::{
     env,
     ffi::OsString,
-    path::Path,
+    path::{Path, PathBuf},
     process::{Command, ExitCode},
+    sync::OnceLock,
 };
 
 use anyhow::{bail, Context, Result};
@@ -138,9 +139,16 @@ fn run_server(args: &[String]) -> Result<()> {
     run_cargo("run", &cargo_args)
 }
 
-/// The workspace root: the parent of this crate's directory.
+/// The workspace root: the parent of this crate's directory. Taken from the environment `cargo
+/// run` and `cargo test` set, not only from the build: one target directory shared by several
+/// checkouts keeps one `target/debug/xtask`, built in whichever checkout built it last.
 fn workspace_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask/ lives inside the workspace root")
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let manifest_dir = env::var_os("CARGO_MANIFEST_DIR")
+            .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+        manifest_dir.parent().expect("xtask/ lives inside the workspace root").to_path_buf()
+    })
 }
 
 /// A `cargo` command at the workspace root, using the cargo that runs xtask.
