@@ -139,7 +139,7 @@ async fn loopback(input: Bytes) -> TcpStream {
 
 /// Reads everything the client sent; returns the payload bytes seen.
 async fn read_ironbus<S: AsyncRead + AsyncWrite + Unpin>(inner: S) -> usize {
-    let mut ws = WebSocketStream::new(inner);
+    let mut ws = WebSocketStream::new(inner).await;
     let mut buf = vec![0u8; 64 * 1024];
     let mut total = 0;
     loop {
@@ -173,7 +173,7 @@ async fn read_tungstenite<S: AsyncRead + AsyncWrite + Unpin>(
 
 async fn write_ironbus(messages: usize, size: usize) -> usize {
     let payload = vec![7u8; size];
-    let mut ws = WebSocketStream::new(Wire { input: Bytes::new() });
+    let mut ws = WebSocketStream::new(Wire { input: Bytes::new() }).await;
     for _ in 0..messages {
         let _ = ws.write_all(&payload).await;
     }
@@ -195,7 +195,7 @@ async fn write_tungstenite(messages: usize, size: usize, small: bool) -> usize {
 /// Heap bytes one connection holds after a message each way.
 async fn held_ironbus() -> usize {
     let before = ALLOCATOR.allocated();
-    let mut ws = Box::new(WebSocketStream::new(Wire { input: client_bytes(1, 1024) }));
+    let mut ws = Box::new(WebSocketStream::new(Wire { input: client_bytes(1, 1024) }).await);
     let mut buf = [0u8; 2048];
     let _ = ws.read(&mut buf).await;
     let _ = ws.write_all(&buf[..1024]).await;
