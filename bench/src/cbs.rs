@@ -95,8 +95,9 @@ pub(crate) async fn put_token(
     Ok(())
 }
 
-/// `SharedAccessSignature sr=<enc(audience)>&sig=<enc(b64(hmac_sha256(key, enc(audience) + "\n"
-/// + expiry)))>&se=<expiry>&skn=<key_name>`, the string-to-sign using the encoded audience.
+/// `SharedAccessSignature sr=<enc(audience)>&sig=<sig>&se=<expiry>&skn=<key_name>`, where
+/// `<sig>` is `enc(b64(hmac_sha256(key, enc(audience) + "\n" + expiry)))`: the string-to-sign
+/// uses the encoded audience.
 pub(crate) fn sas_token(audience: &str, key_name: &str, key: &str, expiry: u64) -> String {
     let resource = url_encode(audience);
     let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes())

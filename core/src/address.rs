@@ -463,7 +463,7 @@ pub(crate) fn uri_path(input: &str, reading: UriReading) -> Cow<'_, str> {
 }
 
 /// The node path of an address as a client gives it (a URI or a bare path): scheme and host
-/// stripped, no surrounding slashes, nothing decoded — the address reading of [`uri_path`],
+/// stripped, no surrounding slashes, nothing decoded — the address reading of `uri_path`,
 /// for transports that keep the path a link was attached with.
 pub fn node_path(address: &str) -> String {
     uri_path(address, UriReading::ADDRESS).trim_matches('/').to_owned()

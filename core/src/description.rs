@@ -1,5 +1,5 @@
 //! Entity descriptions: Service Bus's queue properties, their defaults and their validation;
-//! topics, subscriptions and rules in [`topic`] (re-exported here).
+//! topics, subscriptions and rules in `topic` (re-exported here).
 //!
 //! Entity names follow Service Bus's rules ([`validate_entity_name`]); [`NamespaceLimits`]
 //! holds the namespace quotas (queues and topics count against the entity quota). Some

@@ -1,10 +1,10 @@
 //! ironbus-core: the broker engine. Azure Service Bus semantics — queues, topics with
 //! subscriptions and rules, partitioning, peek-lock, dead-lettering, TTL, scheduling, deferral,
 //! duplicate detection, sessions, auto-forwarding and local transactions — over a pluggable
-//! ordered key-value [`Store`](store::Store).
+//! ordered key-value [`Store`].
 //!
 //! Pure: no sockets, no files, no threads of its own. It runs its partition actors on the
-//! caller's tokio runtime and reads time from a [`Clock`](clock::Clock). Its only workspace
+//! caller's tokio runtime and reads time from a [`Clock`]. Its only workspace
 //! dependency is a dev-dependency: its tests and benches run on `ironbus-store-memory`.
 //!
 //! # Map
@@ -23,8 +23,8 @@
 //! - The rules that need no I/O are plain functions and types: [`router`], [`dedup`],
 //!   [`description`] validation, [`filter`] (SQL and correlation filters, SQL actions), the
 //!   private `rules` (a subscription's compiled rules), [`auth`] (SAS).
-//! - [`Transport`] is the front-end plug-in, [`Store`](store::Store) the storage plug-in, with
-//!   its key layout in [`keys`] and record encodings in [`codec`]; [`metrics`] catalogues
+//! - [`Transport`] is the front-end plug-in, [`Store`] the storage plug-in, with
+//!   its key layout in `keys` and record encodings in `codec`; [`metrics`] catalogues
 //!   every metric the core emits. Feature `testing`: the store conformance suite and a store
 //!   wrapper that injects outages.
 //!

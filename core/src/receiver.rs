@@ -1,9 +1,9 @@
 //! Receivers: a consumer's credit and its buffer of delivered messages.
 //!
 //! A receiver registers with every partition of its entity. Partitions deliver to it only
-//! against credit: a partition first reserves one unit of credit ([`ReceiverShared::try_reserve`]),
+//! against credit: a partition first reserves one unit of credit (`ReceiverShared::try_reserve`),
 //! then locks (or, in receive-and-delete mode, deletes) a message, and finally hands it over
-//! ([`ReceiverShared::deliver`]) once its store write is durable. So no message is locked for a
+//! (`ReceiverShared::deliver`) once its store write is durable. So no message is locked for a
 //! receiver that did not ask for it, and a client cannot tell how many partitions served it.
 //!
 //! Dropping a receiver detaches it and releases the messages it buffered but never handed out

@@ -2,7 +2,7 @@
 //!
 //! The trait is deliberately small so that any ordered key-value store can carry the broker (an
 //! in-memory map, RocksDB, later a distributed transactional KV). The core owns the key layout
-//! ([`crate::keys`]) and the record encodings ([`crate::codec`]); a store sees opaque bytes.
+//! (`keys`) and the record encodings (`codec`); a store sees opaque bytes.
 //!
 //! **Architecture Invariant:** a store never interprets keys or values. It orders keys
 //! lexicographically by their bytes, applies a [`WriteBatch`] all-or-nothing, and when

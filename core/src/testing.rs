@@ -1,7 +1,7 @@
 //! Test support for store implementations and for tests that reach into a broker's storage
 //! (feature `testing`; never part of a production build).
 //!
-//! - [`conformance`]: the behaviours every [`Store`](crate::store::Store) must show, one async
+//! - [`conformance`]: the behaviours every [`Store`] must show, one async
 //!   function each, and [`store_conformance_suite!`](crate::store_conformance_suite), which
 //!   turns them into one named test per case. Every store crate invokes it once.
 //! - [`FaultyStore`]: wraps a store and injects outages (whole store, one key prefix, the next

@@ -42,7 +42,7 @@ pub enum TlsError {
 pub struct TlsArgs {
     /// PEM certificate chain of the TLS listeners, HTTPS and AMQPS (with --tls-key). Without
     /// it they serve a development certificate for localhost, generated on first start under
-    /// <data-dir>/tls (clients trust <data-dir>/tls/ca.pem).
+    /// `<data-dir>/tls` (clients trust `<data-dir>/tls/ca.pem`).
     #[arg(long, env = "IRONBUS_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of the TLS listeners (with --tls-cert).

@@ -1,4 +1,4 @@
-//! Message codec: AMQP 1.0 transfer payloads to core [`Message`]s and back. Pure functions, no I/O.
+//! Message codec: AMQP 1.0 transfer payloads to core [`Message`](ironbus_core::Message)s and back. Pure functions, no I/O.
 //!
 //! # Decoding (client → broker)
 //!
@@ -19,7 +19,7 @@
 //!   envelope and re-sent on delivery.
 //! * properties: see the canonical-id rule below; `group-id` → `session_id`, `reply-to-group-id`
 //!   → `reply_to_session_id`, `to`, `subject`, `reply-to`, `content-type` as strings.
-//! * application-properties: string (or symbol) keys; every value type [`PropertyValue`] can
+//! * application-properties: string (or symbol) keys; every value type [`PropertyValue`](ironbus_core::PropertyValue) can
 //!   represent is decoded into `application_properties`. Values it cannot represent (symbol,
 //!   decimal, list, map, array, described) are *omitted from the core map* but stay in the raw
 //!   bare message, and survive a re-encode of the section (see below). Decimals are the one

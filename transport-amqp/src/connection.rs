@@ -112,9 +112,9 @@ pub struct ConnectionContext {
     pub broker: Broker,
     pub authorizer: Arc<Authorizer>,
     pub container_id: String,
-    /// Bytes a connection may have waiting to be written ([`AmqpOptions::max_write_buffer`]).
+    /// Bytes a connection may have waiting to be written ([`AmqpOptions::max_write_buffer`](crate::AmqpOptions::max_write_buffer)).
     pub max_write_buffer: usize,
-    /// [`AmqpOptions::write_stall_timeout`].
+    /// [`AmqpOptions::write_stall_timeout`](crate::AmqpOptions::write_stall_timeout).
     pub write_stall_timeout: Duration,
     pub stats: Arc<AmqpStats>,
 }

@@ -1,5 +1,5 @@
 //! The request handler: authorization, routing, management, health, metrics. One axum fallback
-//! handler serves everything (see [`routes`](crate::routes) for why).
+//! handler serves everything (see [`crate::routes`] for why).
 //!
 //! Every API request is authorized with the core's `Authorizer`, and a token no namespace
 //! policy signed against the authorization rules of the entity the request is about; every

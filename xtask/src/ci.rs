@@ -9,6 +9,7 @@ const STEPS: &[(&str, &[&str])] = &[
         "clippy",
         &["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"],
     ),
+    ("doc", &["doc", "--workspace", "--no-deps", "--all-features"]),
     ("test", &["test", "--workspace", "--all-features"]),
 ];
 

@@ -7,7 +7,7 @@
 //! durability opt into them.
 //!
 //! Ranges are half-open, `[start, end)`, and an empty `end` means "no upper bound", both for
-//! [`Store::scan`] and for [`BatchOp::DeleteRange`](crate::store::BatchOp::DeleteRange): a
+//! [`Store::scan`] and for [`BatchOp::DeleteRange`]: a
 //! delete range removes exactly the keys a scan of the same range returns.
 
 use std::collections::BTreeMap;
