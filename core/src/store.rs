@@ -9,6 +9,12 @@
 //! [`Store::write`] returns `Ok` the batch is durable to the store's promise (a memory store
 //! promises nothing across restarts; RocksDB promises the WAL was synced).
 //!
+//! A batch may carry **guards** ([`WriteBatch::require`]): it applies only if each guarded key
+//! holds the expected value when the batch applies (checked atomically with it), and otherwise
+//! applies nothing and fails with [`StoreErrorKind::Conflict`]. A store may have **write
+//! limits** ([`Store::limits`]): the core never hands it a batch over them, and a store refuses
+//! one with [`StoreErrorKind::InvalidInput`].
+//!
 //! A failure is a [`StoreError`] with a [`StoreErrorKind`] to branch on: `Unavailable` is
 //! retriable, every other kind is not. [`Store::health`] says whether a store can serve; the
 //! core does not consult it: a partition becomes unavailable when its write or its rebuild
@@ -35,9 +41,39 @@ pub enum BatchOp {
     DeleteRange { start: Bytes, end: Bytes },
 }
 
-/// Puts and deletes applied atomically, in order: a later operation on the same key wins.
+/// A condition of a [`WriteBatch`]: when the batch applies, `key` holds `expected` (`None`: the
+/// key is absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guard {
+    pub key: Bytes,
+    pub expected: Option<Bytes>,
+}
+
+impl Guard {
+    /// Whether `current`, the key's value when the batch applies, satisfies this guard.
+    pub fn holds(&self, current: Option<&[u8]>) -> bool {
+        self.expected.as_deref() == current
+    }
+
+    /// The error of a batch refused because this guard did not hold.
+    pub fn conflict(&self) -> StoreError {
+        StoreError::new(
+            StoreErrorKind::Conflict,
+            format!(
+                "write: guarded key {:?} no longer holds the expected value",
+                String::from_utf8_lossy(&self.key)
+            ),
+        )
+    }
+}
+
+/// Puts and deletes applied atomically, in order: a later operation on the same key wins. With
+/// guards, only if every guard holds when the batch applies; otherwise nothing is applied and
+/// the write fails with [`StoreErrorKind::Conflict`]. Guards see the state before the batch's
+/// own operations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriteBatch {
+    guards: Vec<Guard>,
     ops: Vec<BatchOp>,
 }
 
@@ -58,9 +94,19 @@ impl WriteBatch {
         self.ops.push(BatchOp::DeleteRange { start: start.into(), end: end.into() });
     }
 
-    /// Moves every operation of `other` to the end of this batch.
+    /// Applies the batch only if `key` holds `expected` (`None`: only if it is absent).
+    pub fn require(&mut self, key: impl Into<Bytes>, expected: Option<Bytes>) {
+        self.guards.push(Guard { key: key.into(), expected });
+    }
+
+    /// Moves every guard and operation of `other` to the end of this batch.
     pub fn append(&mut self, other: &mut WriteBatch) {
+        self.guards.append(&mut other.guards);
         self.ops.append(&mut other.ops);
+    }
+
+    pub fn guards(&self) -> &[Guard] {
+        &self.guards
     }
 
     pub fn ops(&self) -> &[BatchOp] {
@@ -68,28 +114,84 @@ impl WriteBatch {
     }
 
     /// The bytes this batch writes: keys and values of puts, keys of deletes, both ends of
-    /// ranges. What metrics report and what store writers bound their groups by.
+    /// ranges, and the keys and expected values of guards. What metrics report and what store
+    /// writers bound their groups by.
     pub fn bytes(&self) -> usize {
-        self.ops
+        let ops: usize = self
+            .ops
             .iter()
             .map(|op| match op {
                 BatchOp::Put { key, value } => key.len() + value.len(),
                 BatchOp::Delete { key } => key.len(),
                 BatchOp::DeleteRange { start, end } => start.len() + end.len(),
             })
-            .sum()
+            .sum();
+        let guards: usize = self
+            .guards
+            .iter()
+            .map(|g| g.key.len() + g.expected.as_ref().map_or(0, Bytes::len))
+            .sum();
+        ops + guards
     }
 
-    pub fn into_ops(self) -> Vec<BatchOp> {
-        self.ops
+    /// The guards and the operations. A store checks the guards before it applies anything.
+    pub fn into_parts(self) -> (Vec<Guard>, Vec<BatchOp>) {
+        (self.guards, self.ops)
     }
 
+    /// How many operations (guards not counted).
     pub fn len(&self) -> usize {
         self.ops.len()
     }
 
+    /// No guard and no operation: writing it does nothing.
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.ops.is_empty() && self.guards.is_empty()
+    }
+}
+
+/// The most one [`WriteBatch`] may hold for a store (PostgreSQL, say, bounds a transaction).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteLimits {
+    /// Operations and guards together.
+    pub max_ops: usize,
+    /// What [`WriteBatch::bytes`] counts.
+    pub max_bytes: usize,
+}
+
+impl WriteLimits {
+    /// No limit: what a store has unless it says otherwise.
+    pub const UNLIMITED: WriteLimits = WriteLimits { max_ops: usize::MAX, max_bytes: usize::MAX };
+
+    /// Whether a batch of `ops` operations and guards and `bytes` bytes fits.
+    pub fn admits(&self, ops: usize, bytes: usize) -> bool {
+        ops <= self.max_ops && bytes <= self.max_bytes
+    }
+
+    /// Whether `batch` fits.
+    pub fn admits_batch(&self, batch: &WriteBatch) -> bool {
+        self.admits(batch.len() + batch.guards().len(), batch.bytes())
+    }
+
+    /// The error a store answers a batch over its limits with.
+    pub fn exceeded(&self, batch: &WriteBatch) -> StoreError {
+        StoreError::new(
+            StoreErrorKind::InvalidInput,
+            format!(
+                "write: a batch of {} operations and {} bytes is over this store's limits \
+                 ({} operations, {} bytes)",
+                batch.len() + batch.guards().len(),
+                batch.bytes(),
+                self.max_ops,
+                self.max_bytes
+            ),
+        )
+    }
+}
+
+impl Default for WriteLimits {
+    fn default() -> Self {
+        Self::UNLIMITED
     }
 }
 
@@ -114,8 +216,12 @@ pub enum StoreErrorKind {
     Unavailable,
     /// Stored data is damaged. Not retriable.
     Corrupted,
-    /// The request itself is invalid (for example an inverted range). Not retriable.
+    /// The request itself is invalid (for example a batch over the store's limits). Not
+    /// retriable.
     InvalidInput,
+    /// A guard of the batch did not hold ([`WriteBatch::require`]); nothing was applied. Not
+    /// retriable: the guarded state has moved on (in a cluster, the partition has a new owner).
+    Conflict,
     /// Anything else the store reports. Not retriable.
     Other,
 }
@@ -182,6 +288,7 @@ impl fmt::Display for StoreErrorKind {
             StoreErrorKind::Unavailable => "unavailable",
             StoreErrorKind::Corrupted => "corrupted",
             StoreErrorKind::InvalidInput => "invalid input",
+            StoreErrorKind::Conflict => "conflict",
             StoreErrorKind::Other => "error",
         })
     }
@@ -211,13 +318,22 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         limit: usize,
     ) -> Result<Vec<KeyValue>, StoreError>;
 
-    /// Applies every operation of `batch`, in order, atomically.
+    /// Applies every operation of `batch`, in order, atomically, if every guard of the batch
+    /// holds.
     ///
     /// # Behavior
     /// All-or-nothing: on `Err` no operation is visible, on `Ok` all are. Durable when it
     /// returns `Ok`, to the store's promise (see the module docs). Concurrent writers may be
-    /// grouped into one sync (group commit); that is the store's business.
+    /// grouped into one sync (group commit); that is the store's business. A guard is checked
+    /// against every batch whose `write` returned `Ok` (and, in a group, the batches before it);
+    /// when one does not hold the batch fails with [`StoreErrorKind::Conflict`]. A batch over
+    /// [`Store::limits`] fails with [`StoreErrorKind::InvalidInput`]. An empty batch succeeds.
     async fn write(&self, batch: WriteBatch) -> Result<(), StoreError>;
+
+    /// The most one batch may hold. Unlimited unless the store says otherwise.
+    fn limits(&self) -> WriteLimits {
+        WriteLimits::UNLIMITED
+    }
 
     /// Whether the store can serve requests now. Cheap; called on hot paths.
     fn health(&self) -> StoreHealth;
@@ -257,7 +373,9 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 mod tests {
     use std::ops::Bound;
 
-    use super::{prefix_end, range_bounds};
+    use bytes::Bytes;
+
+    use super::{prefix_end, range_bounds, Guard, StoreErrorKind, WriteBatch, WriteLimits};
 
     #[test]
     fn range_bounds_treat_an_empty_end_as_unbounded_and_drop_empty_ranges() {
@@ -269,6 +387,38 @@ mod tests {
         assert_eq!(range_bounds(b"", b""), Some((Bound::Included(&b""[..]), Bound::Unbounded)));
         assert_eq!(range_bounds(b"b", b"b"), None);
         assert_eq!(range_bounds(b"c", b"a"), None);
+    }
+
+    #[test]
+    fn guards_count_toward_a_batchs_size_and_its_limits() {
+        let mut batch = WriteBatch::new();
+        batch.put(&b"k"[..], &b"vv"[..]);
+        assert!(!batch.is_empty());
+        let mut guarded = WriteBatch::new();
+        guarded.require(&b"fence"[..], Some(Bytes::from_static(b"7")));
+        assert!(!guarded.is_empty(), "a guard-only batch still checks its guard");
+        batch.append(&mut guarded);
+        assert_eq!((batch.len(), batch.guards().len(), batch.bytes()), (1, 1, 3 + 6));
+        let limits = WriteLimits { max_ops: 2, max_bytes: 9 };
+        assert!(limits.admits_batch(&batch));
+        batch.delete(&b"x"[..]);
+        assert!(!limits.admits_batch(&batch), "three operations and guards");
+        assert_eq!(limits.exceeded(&batch).kind, StoreErrorKind::InvalidInput);
+        assert!(WriteLimits::UNLIMITED.admits_batch(&batch));
+    }
+
+    #[test]
+    fn a_guard_holds_only_for_its_expected_value_or_absence() {
+        let present =
+            Guard { key: Bytes::from_static(b"k"), expected: Some(Bytes::from_static(b"1")) };
+        assert!(present.holds(Some(b"1")));
+        assert!(!present.holds(Some(b"2")));
+        assert!(!present.holds(None));
+        let absent = Guard { key: Bytes::from_static(b"k"), expected: None };
+        assert!(absent.holds(None));
+        assert!(!absent.holds(Some(b"")));
+        assert_eq!(present.conflict().kind, StoreErrorKind::Conflict);
+        assert!(!present.conflict().is_retriable());
     }
 
     #[test]

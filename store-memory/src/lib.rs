@@ -5,7 +5,8 @@
 //! may be lost.
 //!
 //! **Promise:** a [`Store::write`] that returns `Ok` is visible to every later read, and each
-//! batch is applied all-or-nothing under the write lock, so no read sees it half-applied.
+//! batch is applied all-or-nothing under the write lock, so no read sees it half-applied; its
+//! guards are checked under the same lock.
 //! Nothing is durable: all data is lost when the store is dropped or the process exits.
 //! [`Store::health`] always reports [`StoreHealth::Healthy`]; no operation ever fails.
 //!
@@ -68,9 +69,13 @@ impl Store for MemoryStore {
             return Ok(());
         }
         let mut map = self.map.write().unwrap_or_else(PoisonError::into_inner);
+        let (guards, ops) = batch.into_parts();
+        if let Some(failed) = guards.iter().find(|g| !g.holds(map.get(&g.key).map(|v| &v[..]))) {
+            return Err(failed.conflict());
+        }
         // Atomicity rests on this loop not panicking half-way: `range_bounds` never yields an
         // inverted range (which would make `BTreeMap::range` panic).
-        for op in batch.into_ops() {
+        for op in ops {
             match op {
                 BatchOp::Put { key, value } => {
                     map.insert(key, value);

@@ -160,6 +160,12 @@ impl Store for RocksStore {
         if batch.is_empty() {
             return Ok(());
         }
+        if !batch.guards().is_empty() {
+            return Err(StoreError::new(
+                StoreErrorKind::InvalidInput,
+                "write: guarded batches are not supported by the rocksdb store yet",
+            ));
+        }
         let stopped = || StoreError::unavailable("write: rocksdb writer thread stopped");
         let (reply, outcome) = oneshot::channel();
         self.requests
