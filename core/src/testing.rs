@@ -5,7 +5,9 @@
 //!   function each, and [`store_conformance_suite!`](crate::store_conformance_suite), which
 //!   turns them into one named test per case. Every store crate invokes it once.
 //! - [`FaultyStore`]: wraps a store and injects outages (whole store, one key prefix, the next
-//!   few writes), for testing how the core copes with a failing store.
+//!   few writes), for testing how the core copes with a failing store; it can also impose write
+//!   limits ([`FaultyStore::with_limits`]), to run code and the limits case against a store
+//!   with finite limits.
 //! - [`TempDir`]: a unique scratch directory for stores that live on disk.
 //! - [`keys`]: the store's key layout, for tests that reach one partition's records (the
 //!   layout is the core's own business: only tests see it).
@@ -98,6 +100,16 @@ macro_rules! store_conformance_suite {
                 keys_with_ff_and_zero_bytes_order_correctly,
                 concurrent_writers_all_land,
                 scan_never_sees_half_applied_batch,
+                guard_equal_to_current_value_applies_batch,
+                guard_mismatch_applies_nothing_and_conflicts,
+                guard_none_means_create_only,
+                guard_on_key_deleted_earlier_sees_it_absent,
+                guards_see_the_state_before_the_batch_own_operations,
+                guard_only_batch_succeeds_or_fails_like_any,
+                every_guard_of_a_batch_must_hold,
+                concurrent_guarded_increments_lose_no_update,
+                guard_sees_earlier_writes_of_the_same_group,
+                batch_over_limits_is_refused_and_applies_nothing,
                 model_based_random_ops_match_btreemap,
             );
             $(

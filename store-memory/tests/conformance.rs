@@ -1,12 +1,78 @@
-//! The store conformance suite, run against `MemoryStore` and against a `FaultyStore` with no
-//! fault active (which must be indistinguishable from the store it wraps).
+//! The store conformance suite, run against `MemoryStore`, against a `FaultyStore` with no fault
+//! active (which must be indistinguishable from the store it wraps), and against a `FaultyStore`
+//! imposing write limits (roomy enough for every case's batches, so that the limits case runs
+//! against finite limits and every other case still applies). The limits case also runs alone
+//! against tight limits, and is checked to catch a store that ignores its own limits.
 
 use std::sync::Arc;
 
-use ironbus_core::testing::FaultyStore;
+use async_trait::async_trait;
+use bytes::Bytes;
+use ironbus_core::store::{KeyValue, Store, StoreError, StoreHealth, WriteBatch, WriteLimits};
+use ironbus_core::testing::{conformance, FaultyStore};
 use ironbus_store_memory::MemoryStore;
 
 ironbus_core::store_conformance_suite!(memory, || async { Arc::new(MemoryStore::new()) });
 ironbus_core::store_conformance_suite!(faulty_memory, || async {
     Arc::new(FaultyStore::new(Arc::new(MemoryStore::new())))
 });
+ironbus_core::store_conformance_suite!(limited_memory, || async {
+    Arc::new(limited(WriteLimits { max_ops: 1024, max_bytes: 2 << 20 }))
+});
+
+fn limited(limits: WriteLimits) -> FaultyStore {
+    FaultyStore::new(Arc::new(MemoryStore::new())).with_limits(limits)
+}
+
+#[tokio::test]
+async fn limits_case_runs_against_tight_limits() {
+    for limits in [
+        WriteLimits { max_ops: 3, max_bytes: 64 },
+        WriteLimits { max_ops: 1, max_bytes: usize::MAX },
+        WriteLimits { max_ops: usize::MAX, max_bytes: 100 },
+    ] {
+        conformance::batch_over_limits_is_refused_and_applies_nothing(Arc::new(limited(limits)))
+            .await;
+    }
+}
+
+/// Reports limits but applies any batch.
+#[derive(Debug, Default)]
+struct IgnoresItsLimits(MemoryStore);
+
+#[async_trait]
+impl Store for IgnoresItsLimits {
+    async fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
+        self.0.get(key).await
+    }
+
+    async fn scan(
+        &self,
+        start: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<KeyValue>, StoreError> {
+        self.0.scan(start, end, limit).await
+    }
+
+    async fn write(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        self.0.write(batch).await
+    }
+
+    fn limits(&self) -> WriteLimits {
+        WriteLimits { max_ops: 4, max_bytes: 1024 }
+    }
+
+    fn health(&self) -> StoreHealth {
+        self.0.health()
+    }
+}
+
+#[tokio::test]
+#[should_panic(expected = "one operation too many: a batch over")]
+async fn limits_case_catches_a_store_that_ignores_its_limits() {
+    conformance::batch_over_limits_is_refused_and_applies_nothing(Arc::new(
+        IgnoresItsLimits::default(),
+    ))
+    .await;
+}

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use ironbus_core::store::{prefix_end, Store, StoreError, StoreErrorKind, StoreHealth, WriteBatch};
+use ironbus_core::store::{
+    prefix_end, Store, StoreError, StoreErrorKind, StoreHealth, WriteBatch, WriteLimits,
+};
 use ironbus_core::testing::FaultyStore;
 use ironbus_store_memory::MemoryStore;
 
@@ -221,4 +223,60 @@ async fn code_under_test_sees_faults_through_dyn_store() {
     assert_unavailable(store.get(b"a/1").await);
     faulty.heal_all();
     assert!(store.get(b"a/1").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn guards_pass_through_to_the_inner_store() {
+    let store = faulty().await;
+    let guarded = |expected: &'static str| {
+        let mut batch = put("d/1", "w");
+        batch.require(&b"a/1"[..], Some(Bytes::from_static(expected.as_bytes())));
+        batch
+    };
+    let err = store.write(guarded("other")).await.expect_err("the guard does not hold");
+    assert_eq!(err.kind, StoreErrorKind::Conflict, "{err}");
+    assert_eq!(inner_keys(&store).await, ["a/1", "b/1", "b/2", "c/1"]);
+    store.write(guarded("v")).await.unwrap();
+    assert_eq!(inner_keys(&store).await, ["a/1", "b/1", "b/2", "c/1", "d/1"]);
+    assert_eq!(store.injected_failures(), 0, "a conflict is not an injected fault");
+}
+
+#[tokio::test]
+async fn a_guard_on_a_failed_prefix_fails_the_write() {
+    let store = faulty().await;
+    store.fail_prefix("b/");
+    let mut batch = put("d/1", "w");
+    batch.require(&b"b/1"[..], Some(Bytes::from_static(b"v")));
+    assert_unavailable(store.write(batch.clone()).await);
+    assert_eq!(inner_keys(&store).await, ["a/1", "b/1", "b/2", "c/1"]);
+    store.heal_prefix("b/");
+    store.write(batch).await.unwrap();
+    assert_eq!(inner_keys(&store).await, ["a/1", "b/1", "b/2", "c/1", "d/1"]);
+}
+
+#[tokio::test]
+async fn imposed_limits_refuse_larger_batches_and_survive_heal_all() {
+    let limits = WriteLimits { max_ops: 2, max_bytes: 16 };
+    let store = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new())).with_limits(limits));
+    assert_eq!(store.limits(), limits);
+    assert_eq!(
+        FaultyStore::new(Arc::new(MemoryStore::new())).limits(),
+        WriteLimits::UNLIMITED,
+        "no limits unless imposed"
+    );
+    let mut three = put("a", "1");
+    three.put(&b"b"[..], &b"2"[..]);
+    three.require(&b"c"[..], None);
+    store.fail_next_writes(1);
+    let err = store.write(three.clone()).await.expect_err("three operations and guards");
+    assert_eq!(err.kind, StoreErrorKind::InvalidInput, "{err}");
+    let err = store.write(put("big", "0123456789abcdef")).await.expect_err("19 bytes");
+    assert_eq!(err.kind, StoreErrorKind::InvalidInput, "{err}");
+    assert_eq!(store.injected_failures(), 0, "limits are not injected faults");
+    assert_unavailable(store.write(put("a", "1")).await);
+    store.heal_all();
+    assert_eq!(store.limits(), limits, "limits are not faults");
+    assert!(store.write(three).await.is_err());
+    store.write(put("a", "1")).await.unwrap();
+    assert_eq!(inner_keys(&store).await, ["a"]);
 }
