@@ -5,18 +5,22 @@
 //! may be lost.
 //!
 //! **Promise:** a [`Store::write`] that returns `Ok` is visible to every later read, and each
-//! batch is applied all-or-nothing under the write lock, so no read sees it half-applied; its
-//! guards are checked under the same lock.
+//! batch is applied all-or-nothing under the write lock, so no read sees it half-applied. Its
+//! guards are checked under the same lock, before any of its operations, so no other write
+//! comes between the check and the batch: a guard that does not hold fails the write with
+//! `Conflict` and nothing is applied. It has no write limits ([`Store::limits`] is unlimited).
 //! Nothing is durable: all data is lost when the store is dropped or the process exits.
-//! [`Store::health`] always reports [`StoreHealth::Healthy`]; no operation ever fails.
+//! [`Store::health`] always reports [`StoreHealth::Healthy`]; no operation fails but a guarded
+//! write whose guard does not hold.
 //!
 //! Ranges follow [`Store::scan`]: an empty `end` means "no upper bound", and `start >= end`
 //! (with a non-empty `end`) is an empty range. A [`BatchOp::DeleteRange`] removes exactly the
 //! keys a scan of the same range would return.
 //!
-//! Its tests run the core's conformance suite on it directly and behind a fault-free
-//! `FaultyStore` (which must be indistinguishable from the store it wraps), and check with a
-//! toy snapshotting store that the suite's durability cases catch a store that forgets.
+//! Its tests run the core's conformance suite on it directly, behind a fault-free
+//! `FaultyStore` (which must be indistinguishable from the store it wraps) and behind one that
+//! imposes write limits, and check with a toy snapshotting store that the suite's durability
+//! cases catch a store that forgets.
 //! **Architecture Invariant:** like every store, it depends on no workspace crate but
 //! `ironbus-core`.
 

@@ -33,6 +33,18 @@
 //! error and none of its operations is visible. [`RocksStore::commit_stats`] counts groups and
 //! batches.
 //!
+//! # Guards
+//!
+//! A guarded batch ([`WriteBatch::require`](ironbus_core::store::WriteBatch::require)) is
+//! checked by the writer thread, the only writer, just before its group's write: against the
+//! database and against the requests accepted before it in the same group, which the database
+//! does not hold yet (their puts, deletes and range deletions are kept in an overlay). A request
+//! whose guard does not hold is answered with
+//! [`StoreErrorKind::Conflict`](ironbus_core::store::StoreErrorKind::Conflict) and left out of
+//! the write; the rest of the group commits without it (a later guard does not see its
+//! operations). A group with no guarded request pays nothing for this: no read, no overlay.
+//! The store has no write limits ([`Store::limits`] is unlimited).
+//!
 //! # Reads, ranges and health
 //!
 //! A write is visible to reads once it has returned `Ok` (read-your-writes); a scan reads one
@@ -65,19 +77,24 @@
 //!
 //! # Tests and benchmarks
 //!
-//! `tests/conformance.rs` runs the core's whole conformance suite, durability cases included;
+//! `tests/conformance.rs` runs the core's whole conformance suite, durability and guard cases
+//! included;
 //! `benches/backlog.rs` (`cargo xtask bench backlog`) measures RAM per queued message, recovery
 //! time and drain rate with a million messages.
 //!
 //! **Architecture Invariant:** a write is acknowledged only after the WAL holding it is synced
-//! (in `Sync` mode); a group's batches are applied all-or-nothing each, in arrival order. This
+//! (in `Sync` mode); a group's batches are applied all-or-nothing each, in arrival order, and a
+//! batch's guards are checked by the writer against the database and the batches accepted
+//! before it in its group. This
 //! crate depends on no workspace crate but `ironbus-core`; only the server depends on it.
 //!
 //! [`Store::write`]: ironbus_core::store::Store::write
 //! [`Store::health`]: ironbus_core::store::Store::health
+//! [`Store::limits`]: ironbus_core::store::Store::limits
 
 mod error;
 mod format;
+mod guards;
 mod options;
 mod store;
 mod writer;

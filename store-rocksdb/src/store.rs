@@ -40,7 +40,8 @@ pub struct RocksStore {
 pub struct CommitStats {
     /// RocksDB writes (one sync each in `Durability::Sync`), failed ones included.
     pub commits: u64,
-    /// Non-empty caller batches carried by those writes.
+    /// Caller batches carried by those writes (a guarded batch refused with `Conflict` is not
+    /// carried).
     pub batches: u64,
 }
 
@@ -159,12 +160,6 @@ impl Store for RocksStore {
     async fn write(&self, batch: WriteBatch) -> Result<(), StoreError> {
         if batch.is_empty() {
             return Ok(());
-        }
-        if !batch.guards().is_empty() {
-            return Err(StoreError::new(
-                StoreErrorKind::InvalidInput,
-                "write: guarded batches are not supported by the rocksdb store yet",
-            ));
         }
         let stopped = || StoreError::unavailable("write: rocksdb writer thread stopped");
         let (reply, outcome) = oneshot::channel();

@@ -1,10 +1,16 @@
-//! The writer thread: group commit.
+//! The writer thread: group commit, and the guards of guarded batches.
 //!
 //! **Architecture Invariant:** this thread is the only code that writes to the database. It
 //! commits requests in the order they arrived on the channel; each request's operations are one
 //! contiguous, in-order run of a group, and a group is one RocksDB write, so each request is
 //! applied all-or-nothing and a caller is answered only after its group's write (and, in
 //! [`Durability::Sync`], the log sync) has returned.
+//!
+//! When a request of a group carries guards, the writer first decides on every request in
+//! arrival order (`guards::check`): a request whose guards hold against the database and the
+//! requests accepted before it in the group is accepted; one whose guard does not hold is
+//! answered with `Conflict` and left out of the group's write, and the others still commit. A
+//! group without guards takes the path it always took: no read, no overlay, no allocation.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -16,6 +22,7 @@ use tokio::sync::oneshot;
 
 use crate::error::store_error;
 use crate::format::{data_key, data_range};
+use crate::guards;
 use crate::options::Durability;
 
 /// A group takes queued requests until it holds this many bytes of keys and values; the first
@@ -105,11 +112,7 @@ pub(crate) fn run(
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        let result = commit(&db, &group, &write_options, &shared);
-        for request in group {
-            // A caller that stopped waiting (its future was dropped) needs no answer.
-            let _ = request.reply.send(result.clone());
-        }
+        commit_group(&db, group, &write_options, &shared);
     }
     if durability == Durability::Relaxed {
         // A clean close leaves nothing unsynced.
@@ -119,16 +122,55 @@ pub(crate) fn run(
     }
 }
 
-/// Writes one group as one RocksDB write batch and records the outcome in `shared`.
-fn commit(
+/// Commits one group and answers every request in it. A caller that stopped waiting (its
+/// future was dropped) needs no answer, so a failed send is ignored.
+pub(crate) fn commit_group(
     db: &DB,
-    group: &[Request],
+    group: Vec<Request>,
+    write_options: &rocksdb::WriteOptions,
+    shared: &Shared,
+) {
+    match group.iter().rposition(|request| !request.batch.guards().is_empty()) {
+        None => {
+            let batches = group.iter().map(|request| &request.batch);
+            let result = commit(db, batches, group.len(), write_options, shared);
+            for request in group {
+                let _ = request.reply.send(result.clone());
+            }
+        }
+        Some(last_guarded) => {
+            let verdicts =
+                guards::check(db, group.iter().map(|request| &request.batch), last_guarded);
+            let accepted = verdicts.iter().filter(|verdict| verdict.is_ok()).count();
+            let batches = group
+                .iter()
+                .zip(&verdicts)
+                .filter(|(_, verdict)| verdict.is_ok())
+                .map(|(request, _)| &request.batch);
+            let result = commit(db, batches, accepted, write_options, shared);
+            for (request, verdict) in group.into_iter().zip(verdicts) {
+                let _ = request.reply.send(verdict.and_then(|()| result.clone()));
+            }
+        }
+    }
+}
+
+/// Writes `batches` (`count` of them) as one RocksDB write batch and records the outcome in
+/// `shared`. Nothing to write (every batch was refused, or held only guards or empty ranges)
+/// makes no write.
+fn commit<'a>(
+    db: &DB,
+    batches: impl Iterator<Item = &'a WriteBatch>,
+    count: usize,
     write_options: &rocksdb::WriteOptions,
     shared: &Shared,
 ) -> Result<(), StoreError> {
     let mut merged = rocksdb::WriteBatch::default();
-    for request in group {
-        append(&mut merged, &request.batch);
+    for batch in batches {
+        append(&mut merged, batch);
+    }
+    if merged.is_empty() {
+        return Ok(());
     }
     #[cfg(test)]
     let result = if shared.fail_next_commit.swap(false, Ordering::Relaxed) {
@@ -139,13 +181,155 @@ fn commit(
     #[cfg(not(test))]
     let result = db.write_opt(merged, write_options).map_err(|e| store_error("write", e));
     shared.commits.fetch_add(1, Ordering::Relaxed);
-    shared.batches.fetch_add(group.len() as u64, Ordering::Relaxed);
+    shared.batches.fetch_add(count as u64, Ordering::Relaxed);
     match &result {
         Ok(()) => shared.healthy.store(true, Ordering::Release),
         Err(e) => {
-            tracing::warn!(error = %e, batches = group.len(), "rocksdb: group commit failed");
+            tracing::warn!(error = %e, batches = count, "rocksdb: group commit failed");
             shared.healthy.store(false, Ordering::Release);
         }
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use ironbus_core::store::StoreErrorKind;
+    use ironbus_core::testing::TempDir;
+
+    use super::*;
+
+    type Outcome = oneshot::Receiver<Result<(), StoreError>>;
+
+    fn request(build: impl FnOnce(&mut WriteBatch)) -> (Request, Outcome) {
+        let mut batch = WriteBatch::new();
+        build(&mut batch);
+        let (reply, outcome) = oneshot::channel();
+        (Request { batch, reply }, outcome)
+    }
+
+    fn expect(value: &'static [u8]) -> Option<Bytes> {
+        Some(Bytes::from_static(value))
+    }
+
+    /// Commits `group` as one group and returns each request's answer.
+    fn commit_as_one_group(
+        db: &DB,
+        shared: &Shared,
+        group: Vec<(Request, Outcome)>,
+    ) -> Vec<String> {
+        let (requests, outcomes): (Vec<_>, Vec<_>) = group.into_iter().unzip();
+        commit_group(db, requests, &rocksdb::WriteOptions::default(), shared);
+        outcomes
+            .into_iter()
+            .map(|mut outcome| match outcome.try_recv().expect("every request is answered") {
+                Ok(()) => "ok".to_owned(),
+                Err(e) if e.kind == StoreErrorKind::Conflict => "conflict".to_owned(),
+                Err(e) => format!("error: {e}"),
+            })
+            .collect()
+    }
+
+    fn stored(db: &DB, key: &[u8]) -> Option<Vec<u8>> {
+        db.get(data_key(key)).unwrap()
+    }
+
+    #[test]
+    fn guards_see_the_accepted_requests_before_them_in_the_group() {
+        let dir = TempDir::new("rocks-writer-guards");
+        let db = DB::open_default(dir.path()).unwrap();
+        let shared = Shared::new();
+        let setup = vec![request(|b| {
+            b.put(&b"r/a"[..], &b"old"[..]);
+            b.put(&b"z"[..], &b"old"[..]);
+        })];
+        assert_eq!(commit_as_one_group(&db, &shared, setup), ["ok"]);
+
+        let group = vec![
+            // An unguarded request before guarded ones: its put counts for them.
+            request(|b| b.put(&b"k"[..], &b"1"[..])),
+            request(|b| {
+                b.require(&b"k"[..], expect(b"1"));
+                b.put(&b"k"[..], &b"2"[..]);
+            }),
+            // Sees k = 2, not the database's (absent) nor the first request's 1: refused, and its
+            // put of x must count for nobody after it.
+            request(|b| {
+                b.require(&b"k"[..], expect(b"1"));
+                b.put(&b"x"[..], &b"refused"[..]);
+                b.delete(&b"z"[..]);
+            }),
+            request(|b| {
+                b.require(&b"x"[..], None);
+                b.put(&b"x"[..], &b"3"[..]);
+            }),
+            request(|b| b.delete_range(&b"r/"[..], &b"r0"[..])),
+            // r/a is in the database, but deleted by the range earlier in the group.
+            request(|b| {
+                b.require(&b"r/a"[..], None);
+                b.require(&b"z"[..], expect(b"old"));
+                b.put(&b"r/a"[..], &b"new"[..]);
+            }),
+            request(|b| b.require(&b"r/a"[..], expect(b"old"))),
+            request(|b| b.require(&b"k"[..], expect(b"2"))),
+            // After the last guarded request: committed, never read by a guard.
+            request(|b| b.put(&b"after"[..], &b"4"[..])),
+        ];
+        assert_eq!(
+            commit_as_one_group(&db, &shared, group),
+            ["ok", "ok", "conflict", "ok", "ok", "ok", "conflict", "ok", "ok"]
+        );
+        assert_eq!(stored(&db, b"k").as_deref(), Some(&b"2"[..]));
+        assert_eq!(stored(&db, b"x").as_deref(), Some(&b"3"[..]), "the refused put is left out");
+        assert_eq!(stored(&db, b"z").as_deref(), Some(&b"old"[..]), "the refused delete too");
+        assert_eq!(stored(&db, b"r/a").as_deref(), Some(&b"new"[..]));
+        assert_eq!(stored(&db, b"after").as_deref(), Some(&b"4"[..]));
+        assert_eq!(shared.commits.load(Ordering::Relaxed), 2, "one write per group");
+        assert_eq!(shared.batches.load(Ordering::Relaxed), 1 + 7, "refused batches not counted");
+    }
+
+    #[test]
+    fn a_group_whose_every_request_is_refused_writes_nothing() {
+        let dir = TempDir::new("rocks-writer-refused");
+        let db = DB::open_default(dir.path()).unwrap();
+        let shared = Shared::new();
+        let group = vec![
+            request(|b| {
+                b.require(&b"k"[..], expect(b"1"));
+                b.put(&b"k"[..], &b"2"[..]);
+            }),
+            request(|b| b.require(&b"missing"[..], expect(b""))),
+        ];
+        assert_eq!(commit_as_one_group(&db, &shared, group), ["conflict", "conflict"]);
+        assert_eq!(stored(&db, b"k"), None);
+        assert_eq!(shared.commits.load(Ordering::Relaxed), 0, "no write for nothing to write");
+        // A guard-only request that holds needs no write either.
+        let group = vec![request(|b| b.require(&b"k"[..], None))];
+        assert_eq!(commit_as_one_group(&db, &shared, group), ["ok"]);
+        assert_eq!(shared.commits.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_failed_write_fails_the_accepted_requests_and_keeps_the_conflicts() {
+        let dir = TempDir::new("rocks-writer-failed");
+        let db = DB::open_default(dir.path()).unwrap();
+        let shared = Shared::new();
+        shared.fail_next_commit.store(true, Ordering::Relaxed);
+        let group = vec![
+            request(|b| {
+                b.require(&b"k"[..], None);
+                b.put(&b"k"[..], &b"1"[..]);
+            }),
+            request(|b| {
+                b.require(&b"k"[..], None);
+                b.put(&b"k"[..], &b"2"[..]);
+            }),
+        ];
+        let answers = commit_as_one_group(&db, &shared, group);
+        assert!(answers[0].starts_with("error: store unavailable"), "{answers:?}");
+        assert_eq!(answers[1], "conflict", "refused against the first request, as decided");
+        assert_eq!(stored(&db, b"k"), None);
+        assert!(!shared.healthy.load(Ordering::Acquire));
+    }
 }

@@ -1,8 +1,9 @@
 //! `RocksStore` beyond the conformance suite: group commit (concurrent writers share commits,
-//! and so syncs), the relaxed mode across a clean close, and opening directories.
+//! and so syncs, guarded or not), the relaxed mode across a clean close, and opening directories.
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use ironbus_core::store::{prefix_end, Store, WriteBatch};
 use ironbus_core::testing::TempDir;
 use ironbus_store_rocksdb::{CommitStats, Durability, RocksOptions, RocksStore};
@@ -47,6 +48,38 @@ async fn concurrent_writers_share_commits() {
     );
     let all = store.scan(b"g/", &prefix_end(b"g/"), usize::MAX).await.unwrap();
     assert_eq!(all.len(), WRITERS * WRITES * 2, "every batch of every group landed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guarded_writers_share_commits_too() {
+    let dir = TempDir::new("rocks-group-commit");
+    let store = Arc::new(RocksStore::open(dir.path(), RocksOptions::default()).unwrap());
+    let barrier = Arc::new(Barrier::new(WRITERS));
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..WRITERS {
+        let (store, barrier) = (Arc::clone(&store), Arc::clone(&barrier));
+        tasks.spawn(async move {
+            barrier.wait().await;
+            for i in 0..WRITES {
+                // Each writer's own chain: create the next link only if the last is in place.
+                let mut batch = WriteBatch::new();
+                batch.require(format!("c/{w:02}/{i:02}"), None);
+                if i > 0 {
+                    batch.require(format!("c/{w:02}/{:02}", i - 1), Some(Bytes::from("link")));
+                }
+                batch.put(format!("c/{w:02}/{i:02}"), "link");
+                store.write(batch).await.unwrap();
+            }
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.expect("writer task panicked");
+    }
+    let stats = store.commit_stats();
+    assert_eq!(stats.batches, (WRITERS * WRITES) as u64);
+    assert!(stats.commits < stats.batches, "guarded writers never shared a commit: {stats:?}");
+    let all = store.scan(b"c/", &prefix_end(b"c/"), usize::MAX).await.unwrap();
+    assert_eq!(all.len(), WRITERS * WRITES);
 }
 
 #[tokio::test]
