@@ -276,6 +276,55 @@ fn check_line_count(name: &str, text: &str, max: usize) -> Result<(), String> {
     Ok(())
 }
 
+// ---- Source files of one concern each ----
+
+/// The most lines a source file may have (issue 25: rules in files of one concern each).
+const SOURCE_MAX_LINES: usize = 800;
+
+#[test]
+fn no_source_file_is_over_800_lines() {
+    let output = std::process::Command::new("git")
+        .args(["ls-files", "*.rs"])
+        .current_dir(workspace_root())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "git ls-files failed");
+    let listed = String::from_utf8(output.stdout).unwrap();
+    let sources: Vec<&str> = listed.lines().filter(|path| !is_test_source(path)).collect();
+    assert!(sources.len() > 100, "found hardly any source files: {}", sources.len());
+    let long: Vec<String> = sources
+        .iter()
+        .filter_map(|path| {
+            let text = fs::read_to_string(workspace_root().join(path)).ok()?;
+            let lines = text.lines().count();
+            (lines > SOURCE_MAX_LINES).then(|| format!("{path}: {lines} lines"))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "source files over {SOURCE_MAX_LINES} lines (split them by concern):\n  {}",
+        long.join("\n  ")
+    );
+}
+
+/// Test code, which may be long: files under a `tests/` directory and `tests.rs` or
+/// `*_tests.rs` modules.
+fn is_test_source(path: &str) -> bool {
+    path.split('/').any(|part| part == "tests")
+        || path.ends_with("/tests.rs")
+        || path.ends_with("_tests.rs")
+}
+
+#[test]
+fn test_sources_are_told_apart_from_the_rest() {
+    assert!(is_test_source("core/tests/sessions.rs"));
+    assert!(is_test_source("core/src/partition/tests.rs"));
+    assert!(is_test_source("server/src/http/websocket_tests.rs"));
+    assert!(is_test_source("xtask/src/compat/tests.rs"));
+    assert!(!is_test_source("core/src/testing/conformance.rs"));
+    assert!(!is_test_source("core/src/partition.rs"));
+}
+
 /// The files whose string constants name every metric ironbus records (the catalogue in
 /// `metrics/src/catalogue.rs` lists each of them, as its tests check).
 const METRIC_CATALOGUES: &[&str] =
