@@ -84,9 +84,7 @@ impl PostgresServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let mut child = watchdog.spawn().unwrap_or_else(|e| panic!("cannot start postgres: {e}"));
-        let Some(stdin) = child.stdin.take() else {
-            panic!("the watchdog has no standard input")
-        };
+        let Some(stdin) = child.stdin.take() else { panic!("the watchdog has no standard input") };
         let server = Self { port, dir, watchdog: Mutex::new(Some((child, stdin))) };
         server.wait_until_ready(&bin);
         server
