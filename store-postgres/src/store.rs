@@ -293,17 +293,12 @@ impl Attempt for Get<'_> {
     const OPERATION: &'static str = "get";
     const WRITES: bool = false;
 
-    fn attempt<'c>(
-        &'c self,
-        conn: &'c mut Conn,
-    ) -> impl Future<Output = Result<Option<Bytes>, Failure>> + Send + 'c {
-        async move {
-            let row = conn.client.query_opt(&conn.statements.get, &[&self.key]).await?;
-            Ok(match row {
-                Some(row) => Some(Bytes::copy_from_slice(row.try_get::<_, &[u8]>(0)?)),
-                None => None,
-            })
-        }
+    async fn attempt<'c>(&'c self, conn: &'c mut Conn) -> Result<Option<Bytes>, Failure> {
+        let row = conn.client.query_opt(&conn.statements.get, &[&self.key]).await?;
+        Ok(match row {
+            Some(row) => Some(Bytes::copy_from_slice(row.try_get::<_, &[u8]>(0)?)),
+            None => None,
+        })
     }
 }
 
@@ -319,24 +314,19 @@ impl Attempt for Scan<'_> {
     const OPERATION: &'static str = "scan";
     const WRITES: bool = false;
 
-    fn attempt<'c>(
-        &'c self,
-        conn: &'c mut Conn,
-    ) -> impl Future<Output = Result<Vec<KeyValue>, Failure>> + Send + 'c {
-        async move {
-            let s = &conn.statements;
-            let rows = if self.end.is_empty() {
-                conn.client.query(&s.scan_from, &[&self.start, &self.limit]).await?
-            } else {
-                conn.client.query(&s.scan_to, &[&self.start, &self.end, &self.limit]).await?
-            };
-            let mut pairs = Vec::with_capacity(rows.len());
-            for row in rows {
-                let key = Bytes::copy_from_slice(row.try_get::<_, &[u8]>(0)?);
-                pairs.push((key, Bytes::copy_from_slice(row.try_get::<_, &[u8]>(1)?)));
-            }
-            Ok(pairs)
+    async fn attempt<'c>(&'c self, conn: &'c mut Conn) -> Result<Vec<KeyValue>, Failure> {
+        let s = &conn.statements;
+        let rows = if self.end.is_empty() {
+            conn.client.query(&s.scan_from, &[&self.start, &self.limit]).await?
+        } else {
+            conn.client.query(&s.scan_to, &[&self.start, &self.end, &self.limit]).await?
+        };
+        let mut pairs = Vec::with_capacity(rows.len());
+        for row in rows {
+            let key = Bytes::copy_from_slice(row.try_get::<_, &[u8]>(0)?);
+            pairs.push((key, Bytes::copy_from_slice(row.try_get::<_, &[u8]>(1)?)));
         }
+        Ok(pairs)
     }
 }
 
@@ -351,52 +341,47 @@ impl Attempt for Write {
     const OPERATION: &'static str = "write";
     const WRITES: bool = true;
 
-    fn attempt<'c>(
-        &'c self,
-        conn: &'c mut Conn,
-    ) -> impl Future<Output = Result<(), Failure>> + Send + 'c {
-        async move {
-            let Conn { client, statements: s } = conn;
-            // Dropped before `commit`, the transaction rolls back.
-            let tx = client.transaction().await?;
-            for guard in &self.guards {
-                let key: &[u8] = &guard.key;
-                let holds = match &guard.expected {
-                    // Locks the absent key: the placeholder's uniqueness makes any concurrent
-                    // writer of the key wait for this transaction (or this one for theirs).
-                    None => !tx.query(&s.claim_absent, &[&key]).await?.is_empty(),
-                    Some(_) => {
-                        let row = tx.query_opt(&s.lock_row, &[&key]).await?;
-                        let current = match &row {
-                            Some(row) => Some(row.try_get::<_, &[u8]>(0)?),
-                            None => None,
-                        };
-                        guard.holds(current)
-                    }
-                };
-                if !holds {
-                    return Err(Failure::Conflict(guard.conflict()));
+    async fn attempt<'c>(&'c self, conn: &'c mut Conn) -> Result<(), Failure> {
+        let Conn { client, statements: s } = conn;
+        // Dropped before `commit`, the transaction rolls back.
+        let tx = client.transaction().await?;
+        for guard in &self.guards {
+            let key: &[u8] = &guard.key;
+            let holds = match &guard.expected {
+                // Locks the absent key: the placeholder's uniqueness makes any concurrent
+                // writer of the key wait for this transaction (or this one for theirs).
+                None => !tx.query(&s.claim_absent, &[&key]).await?.is_empty(),
+                Some(_) => {
+                    let row = tx.query_opt(&s.lock_row, &[&key]).await?;
+                    let current = match &row {
+                        Some(row) => Some(row.try_get::<_, &[u8]>(0)?),
+                        None => None,
+                    };
+                    guard.holds(current)
                 }
+            };
+            if !holds {
+                return Err(Failure::Conflict(guard.conflict()));
             }
-            let plan = &self.plan;
-            for (start, end) in &plan.ranges {
-                let start: &[u8] = start;
-                match end {
-                    Some(end) => tx.execute(&s.delete_to, &[&start, &&end[..]]).await?,
-                    None => tx.execute(&s.delete_from, &[&start]).await?,
-                };
-            }
-            if !plan.deletes.is_empty() {
-                let keys = slices(&plan.deletes);
-                tx.execute(&s.delete_keys, &[&keys]).await?;
-            }
-            if !plan.keys.is_empty() {
-                let (keys, values) = (slices(&plan.keys), slices(&plan.values));
-                let params: [&(dyn ToSql + Sync); 2] = [&keys, &values];
-                tx.execute(&s.upsert, &params).await?;
-            }
-            tx.commit().await.map_err(|error| Failure::Postgres { error, committing: true })
         }
+        let plan = &self.plan;
+        for (start, end) in &plan.ranges {
+            let start: &[u8] = start;
+            match end {
+                Some(end) => tx.execute(&s.delete_to, &[&start, &&end[..]]).await?,
+                None => tx.execute(&s.delete_from, &[&start]).await?,
+            };
+        }
+        if !plan.deletes.is_empty() {
+            let keys = slices(&plan.deletes);
+            tx.execute(&s.delete_keys, &[&keys]).await?;
+        }
+        if !plan.keys.is_empty() {
+            let (keys, values) = (slices(&plan.keys), slices(&plan.values));
+            let params: [&(dyn ToSql + Sync); 2] = [&keys, &values];
+            tx.execute(&s.upsert, &params).await?;
+        }
+        tx.commit().await.map_err(|error| Failure::Postgres { error, committing: true })
     }
 }
 
@@ -442,7 +427,7 @@ async fn create_table(
 
 /// A lock key that serializes the stores' `CREATE TABLE IF NOT EXISTS` on one database
 /// (concurrent ones may otherwise both try to create the table's type).
-const CREATE_LOCK: i64 = 0x6972_6f6e_6275_73;
+const CREATE_LOCK: i64 = 0x0069_726f_6e62_7573;
 
 async fn try_create_table(config: &Config, table: &Table) -> Result<(), tokio_postgres::Error> {
     let mut client = connect(config).await?;
