@@ -41,6 +41,13 @@ pub enum ServerError {
     /// A store does not open.
     #[error("opening the RocksDB store in {}", path.display())]
     OpenStore { path: PathBuf, source: StoreError },
+    /// `--store postgres` without `--postgres-url`.
+    #[error("--store postgres needs --postgres-url (or IRONBUS_POSTGRES_URL)")]
+    MissingPostgresUrl,
+    /// A PostgreSQL store does not open: the database cannot be reached, refuses the
+    /// connection, or its table cannot be created.
+    #[error("opening the PostgreSQL store (table {table}); check --postgres-url")]
+    OpenPostgres { table: String, source: StoreError },
     /// The broker does not open on its stores (recovery failed).
     #[error("opening the broker")]
     OpenBroker(#[source] BrokerError),

@@ -9,7 +9,7 @@
 //! - [`config`]: Microsoft's emulator `config.json` (entities, policies, the namespace's name).
 //! - [`policies`]: the root policy (`--sas-key`, or the development key on loopback only) and
 //!   the namespace's other policies.
-//! - [`stores`]: RocksDB or memory stores from [`stores::StoreArgs`].
+//! - [`stores`]: RocksDB, PostgreSQL or memory stores from [`stores::StoreArgs`].
 //! - [`tls`]: the one certificate of every TLS listener (the operator's, or a generated
 //!   development CA and `localhost` certificate).
 //! - [`http`]: the HTTP listeners' flags and binding, and AMQP over WebSockets handed to the

@@ -59,7 +59,7 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
         args.config.as_deref(),
     )?);
 
-    let stores = args.store.open()?;
+    let stores = args.store.open().await?;
     #[cfg(feature = "fault-injection")]
     let (stores, faults) = if args.testing_fault_injection {
         let (stores, faults) = crate::faults::FaultInjection::wrap(stores);

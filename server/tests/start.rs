@@ -1,14 +1,15 @@
 //! The default server assembled by the library's `start` from its flags, on free ports and the
-//! memory store, talked to over real sockets.
+//! memory store (or PostgreSQL, which the test starts), talked to over real sockets.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use clap::Parser;
-use ironbus::{Args, Started};
+use ironbus::{Args, ServerError, Started};
 use ironbus_core::testing::TempDir;
 use ironbus_metrics::PrometheusExporter;
+use ironbus_store_postgres::testing::PostgresServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -21,6 +22,11 @@ fn metrics() -> &'static PrometheusExporter {
 /// Starts the default server with a config declaring the partitioned queue `p`, and `extra`
 /// flags; it serves until the test ends.
 async fn start(extra: &[&str]) -> (Started, TempDir) {
+    start_on(&["--store", "memory"], extra).await.unwrap()
+}
+
+/// [`start`] on the store of the `store` flags.
+async fn start_on(store: &[&str], extra: &[&str]) -> Result<(Started, TempDir), ServerError> {
     let dir = TempDir::new("server-start");
     let config = dir.path().join("config.json");
     std::fs::write(
@@ -29,12 +35,13 @@ async fn start(extra: &[&str]) -> (Started, TempDir) {
             {"Name": "p", "Properties": {"EnablePartitioning": true, "PartitionCount": 2}}]}]}}"#,
     )
     .unwrap();
-    let mut flags = vec!["ironbus", "--store", "memory", "--amqp-addr", "127.0.0.1:0"];
+    let mut flags = vec!["ironbus", "--amqp-addr", "127.0.0.1:0"];
+    flags.extend(store);
     flags.extend(["--amqps-addr", "off", "--http-addr", "127.0.0.1:0", "--https-addr", "off"]);
     flags.extend(["--config", config.to_str().unwrap()]);
     flags.extend(extra);
-    let started = ironbus::start(Args::parse_from(flags), metrics()).await.unwrap();
-    (started, dir)
+    let started = ironbus::start(Args::parse_from(flags), metrics()).await?;
+    Ok((started, dir))
 }
 
 fn serve(started: Started) -> (SocketAddr, SocketAddr) {
@@ -125,4 +132,39 @@ async fn fault_injection_makes_one_partition_unavailable_and_heals_it() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("the partition never became available again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_each_store_is_a_table_of_the_database() {
+    let postgres = PostgresServer::shared();
+    let url = postgres.url();
+    let store = ["--store", "postgres", "--postgres-url", url.as_str(), "--stores", "2"];
+    let (started, _dir) = start_on(&store, &[]).await.unwrap();
+    let (_, http) = serve(started);
+    let (status, health) = request(http, "GET", "/health").await;
+    assert_eq!(status, 200, "{health}");
+    assert!(health.contains(r#""entities":1"#), "the config's queue: {health}");
+
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    for table in ["ironbus_store_0", "ironbus_store_1"] {
+        let sql = format!("SELECT count(*) FROM {table}");
+        let rows: i64 = client.query_one(&sql, &[]).await.unwrap().get(0);
+        assert!(rows > 0, "{table} holds the records of the queue's partitions");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_postgres_is_a_clear_start_up_error() {
+    assert!(Args::try_parse_from(["ironbus", "--store", "postgres"]).is_err(), "needs the url");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("host=127.0.0.1 port={dead} user=ironbus dbname=postgres");
+    let store = ["--store", "postgres", "--postgres-url", url.as_str()];
+    let Err(error) = start_on(&store, &[]).await else { panic!("started without a database") };
+    assert_eq!(
+        error.to_string(),
+        "opening the PostgreSQL store (table ironbus_store_0); check --postgres-url"
+    );
+    let source = std::error::Error::source(&error).expect("the store's error").to_string();
+    assert!(source.contains(&format!("127.0.0.1:{dead}")), "{source}");
 }

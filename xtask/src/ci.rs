@@ -16,6 +16,7 @@ const STEPS: &[(&str, &[&str])] = &[
 pub(crate) fn run(args: &[String]) -> Result<()> {
     crate::no_arguments("ci", args)?;
     crate::native::ensure()?;
+    crate::native::ensure_postgres()?;
     for (index, (name, cargo_args)) in STEPS.iter().enumerate() {
         let step = format!("ci step {}/{} `{name}`", index + 1, STEPS.len());
         eprintln!("xtask: {step}");

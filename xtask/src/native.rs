@@ -1,4 +1,5 @@
-//! What RocksDB's native build needs, found or installed before a task builds the server.
+//! What RocksDB's native build needs, found or installed before a task builds the server, and
+//! the PostgreSQL server the tests of `--store postgres` start.
 //!
 //! `librocksdb-sys` compiles RocksDB's C++ with the machine's C++ compiler and generates its
 //! Rust bindings with bindgen, which loads libclang at build time. A machine with Rust alone
@@ -7,6 +8,11 @@
 //! Debian or Ubuntu machine it says so and installs the packages with `apt-get` (as root, or
 //! through `sudo -n`); elsewhere it stops with the command to run. A plain `cargo build` keeps
 //! working wherever the prerequisites already exist.
+//!
+//! `cargo xtask ci` also calls [`ensure_postgres`]: the PostgreSQL store's tests start a real
+//! server from Debian's `postgresql` package (`/usr/lib/postgresql/<version>/bin`, or the
+//! directory in `IRONBUS_POSTGRES_BIN`), and fail without one. `cargo xtask run` does not need
+//! it.
 
 use std::{
     env,
@@ -19,17 +25,46 @@ use anyhow::{bail, Result};
 /// The Debian packages that provide what is missing.
 const PACKAGES: &[&str] = &["g++", "libclang-dev"];
 
+/// The Debian package of the PostgreSQL server the tests start.
+const POSTGRES_PACKAGES: &[&str] = &["postgresql"];
+
+/// Where the PostgreSQL store's test harness looks for `initdb` and `postgres` first.
+const POSTGRES_BIN_ENV: &str = "IRONBUS_POSTGRES_BIN";
+
 /// Finds the C++ compiler and libclang, installing them with `apt-get` where that is possible.
 pub(crate) fn ensure() -> Result<()> {
+    let or_else = "or set LIBCLANG_PATH to the directory holding libclang.so";
+    install_if_missing("RocksDB's build", PACKAGES, or_else, missing)
+}
+
+/// Finds PostgreSQL's server programs, installing Debian's `postgresql` where that is possible.
+pub(crate) fn ensure_postgres() -> Result<()> {
+    let or_else = "or set IRONBUS_POSTGRES_BIN to the directory holding initdb and postgres";
+    install_if_missing("the PostgreSQL store's test harness", POSTGRES_PACKAGES, or_else, || {
+        if find_postgres(Path::new("/usr/lib/postgresql")).is_some() {
+            Vec::new()
+        } else {
+            vec!["a PostgreSQL server (initdb and postgres)"]
+        }
+    })
+}
+
+/// Installs `packages` with `apt-get` when `missing` names something `who` needs, and checks
+/// again; `or_else` is the way round an install, for the message where none is possible.
+fn install_if_missing(
+    who: &str,
+    packages: &[&str],
+    or_else: &str,
+    missing: impl Fn() -> Vec<&'static str>,
+) -> Result<()> {
     let lacking = missing();
     if lacking.is_empty() {
         return Ok(());
     }
-    let install = format!("apt-get install -y --no-install-recommends {}", PACKAGES.join(" "));
+    let install = format!("apt-get install -y --no-install-recommends {}", packages.join(" "));
     if !succeeds(Command::new("apt-get").arg("--version")) {
         bail!(
-            "RocksDB's build needs {}; install them (Debian/Ubuntu: `{install}`), or set \
-             LIBCLANG_PATH to the directory holding libclang.so",
+            "{who} needs {}; install it (Debian/Ubuntu: `{install}`), {or_else}",
             lacking.join(" and ")
         );
     }
@@ -40,29 +75,51 @@ pub(crate) fn ensure() -> Result<()> {
         &["sudo", "-n"]
     } else {
         bail!(
-            "RocksDB's build needs {}; run `sudo {install}` once, then this task again",
+            "{who} needs {}; run `sudo {install}` once, then this task again",
             lacking.join(" and ")
         );
     };
     eprintln!(
-        "xtask: RocksDB's build needs {}, which this machine lacks; installing the Debian \
-         packages {} (once)",
+        "xtask: {who} needs {}, which this machine lacks; installing the Debian packages {} \
+         (once)",
         lacking.join(" and "),
-        PACKAGES.join(" ")
+        packages.join(" ")
     );
     apt(elevate, &["update", "-qq"])?;
     let mut install_args = vec!["install", "-y", "-qq", "--no-install-recommends"];
-    install_args.extend_from_slice(PACKAGES);
+    install_args.extend_from_slice(packages);
     apt(elevate, &install_args)?;
     let still = missing();
     if !still.is_empty() {
         bail!(
             "installed {}, but {} still cannot be found",
-            PACKAGES.join(" "),
+            packages.join(" "),
             still.join(" and ")
         );
     }
     Ok(())
+}
+
+/// The directory of `initdb` and `postgres`: `IRONBUS_POSTGRES_BIN` when it holds both, else
+/// `<root>/<version>/bin` of the newest version that does (Debian's layout under
+/// `/usr/lib/postgresql`), as the test harness searches.
+fn find_postgres(root: &Path) -> Option<PathBuf> {
+    let holds = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
+    if let Some(dir) = env::var_os(POSTGRES_BIN_ENV).map(PathBuf::from) {
+        if holds(&dir) {
+            return Some(dir);
+        }
+    }
+    std::fs::read_dir(root)
+        .ok()?
+        .flatten()
+        .filter_map(|entry| {
+            let version: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let bin = entry.path().join("bin");
+            holds(&bin).then_some((version, bin))
+        })
+        .max_by_key(|(version, _)| *version)
+        .map(|(_, bin)| bin)
 }
 
 /// What the native build needs and this machine lacks, in words.
@@ -157,5 +214,28 @@ mod tests {
         std::fs::write(dir.join("libclang.so"), b"").unwrap();
         assert!(holds_libclang(&dir), "the plain name");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn postgres_is_found_in_the_newest_complete_version_directory() {
+        if env::var_os(POSTGRES_BIN_ENV).is_some() {
+            return; // the variable wins over any directory
+        }
+        let root = env::temp_dir().join(format!("xtask-postgres-{}", std::process::id()));
+        let bin = |version: &str| root.join(version).join("bin");
+        for (version, programs) in [
+            ("13", &["initdb", "postgres"][..]),
+            ("15", &["initdb", "postgres"]),
+            ("16", &["psql"]),
+        ] {
+            std::fs::create_dir_all(bin(version)).unwrap();
+            for program in programs {
+                std::fs::write(bin(version).join(program), b"").unwrap();
+            }
+        }
+        std::fs::create_dir_all(bin("latest")).unwrap();
+        assert_eq!(find_postgres(&root), Some(bin("15")), "16 has no server, `latest` no number");
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(find_postgres(&root), None);
     }
 }
