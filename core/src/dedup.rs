@@ -74,6 +74,17 @@ impl DedupWindow {
         gone
     }
 
+    /// Forgets the first key whose window ended at or before `now`, returning it (to delete
+    /// from the store); `None` when no window has ended.
+    pub fn evict_one(&mut self, now: Timestamp) -> Option<DedupKey> {
+        if self.by_time.first().is_none_or(|(until, _)| *until > now) {
+            return None;
+        }
+        let (_, key) = self.by_time.pop_first()?;
+        self.expiry.remove(&key);
+        Some(key)
+    }
+
     /// When the next key leaves the window.
     pub fn next_expiry(&self) -> Option<Timestamp> {
         self.by_time.first().map(|(t, _)| *t)

@@ -6,6 +6,8 @@
 //!   turns them into one named test per case. Every store crate invokes it once.
 //! - [`FaultyStore`]: wraps a store and injects outages (whole store, one key prefix, the next
 //!   few writes), for testing how the core copes with a failing store.
+//! - [`LimitedStore`]: wraps a store and gives it write limits, recording the largest batch it
+//!   was handed, for testing that the core keeps within a store's limits.
 //! - [`TempDir`]: a unique scratch directory for stores that live on disk.
 //! - [`keys`]: the store's key layout, for tests that reach one partition's records (the
 //!   layout is the core's own business: only tests see it).
@@ -14,6 +16,7 @@
 
 pub mod conformance;
 mod faulty;
+mod limited;
 mod temp_dir;
 
 use std::sync::Arc;
@@ -26,6 +29,7 @@ use crate::types::PartitionId;
 use crate::{Broker, Result};
 
 pub use faulty::FaultyStore;
+pub use limited::LimitedStore;
 pub use temp_dir::TempDir;
 
 /// The store's key layout (`crate::keys`, private to the core), for tests that reach one

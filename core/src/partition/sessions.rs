@@ -314,6 +314,10 @@ impl PartitionState {
             while let Some(seq) =
                 self.index.sessions.as_deref().and_then(|s| s.first_available(&id))
             {
+                if self.fx.full() {
+                    self.fx.more = true;
+                    return;
+                }
                 if !receiver.try_reserve() {
                     break;
                 }

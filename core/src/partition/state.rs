@@ -99,6 +99,9 @@ pub(crate) struct PartitionState {
     pub(crate) reserved: std::collections::BTreeSet<SequenceNumber>,
     /// The transfer-queue depth last added to the metrics gauge.
     published_transfers: std::sync::atomic::AtomicU64,
+    /// Whether messages may still wait where forwarding rules that changed (or a rebuild)
+    /// no longer want them: `process_due` goes on moving them (see `state/forwarding.rs`).
+    pub(crate) forwarding_pending: bool,
     /// What the cycle under way decided; the actor carries it out.
     pub(crate) fx: Effects,
 }
@@ -132,6 +135,7 @@ impl PartitionState {
             transfers: TransferLedger::default(),
             reserved: Default::default(),
             published_transfers: std::sync::atomic::AtomicU64::new(0),
+            forwarding_pending: false,
             fx: Effects::new(journal),
         }
     }
@@ -159,6 +163,7 @@ impl PartitionState {
         self.swept_to = SequenceNumber::default();
         // Left on disk: the first sweep after the rebuild deletes from the start.
         self.deferred_bodies.clear();
+        self.forwarding_pending = false;
         self.fx.journal.clear();
         self.fx.transient.clear();
         self.fx.released.clear();
