@@ -10,16 +10,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ironbus_core::store::WriteLimits;
-use ironbus_core::testing::LimitedStore;
+use ironbus_core::store::{prefix_end, WriteLimits};
+use ironbus_core::testing::{keys, LimitedStore};
 use ironbus_core::{
-    Broker, BrokerError, Clock, ManualClock, Message, NamespaceLimits, QueueDescription,
-    QueueRuntime, ReceiveMode, SendOutcome,
+    Broker, BrokerError, Clock, Disposition, EntityDescription, ManualClock, Message,
+    NamespaceLimits, PartitionId, QueueDescription, QueueRuntime, ReceiveMode, SendOutcome,
+    SequenceNumber, SubscriptionDescription, TopicDescription,
 };
 use ironbus_store_memory::MemoryStore;
 
 mod common;
-use common::guard;
+use common::{guard, path};
 
 const LIMITS: WriteLimits = WriteLimits { max_ops: 50, max_bytes: 16 * 1024 };
 const MESSAGES: usize = 1000;
@@ -53,15 +54,34 @@ impl Fixture {
     }
 
     async fn runtime(&self) -> QueueRuntime {
-        guard(self.broker.get_queue_runtime("q")).await.expect("queue runtime")
+        self.runtime_of("q").await
+    }
+
+    async fn runtime_of(&self, queue: &str) -> QueueRuntime {
+        guard(self.broker.get_queue_runtime(queue)).await.expect("queue runtime")
+    }
+
+    /// How many messages `address` holds, peeked page by page.
+    async fn count(&self, address: &str) -> usize {
+        let (mut count, mut from) = (0, SequenceNumber(0));
+        loop {
+            let page = guard(self.broker.peek(address, from, 100)).await.expect("peek");
+            let Some(last) = page.last() else { return count };
+            from = SequenceNumber(last.sequence_number().0 + 1);
+            count += page.len();
+        }
     }
 
     /// Asks for the queue's counts until `done` holds (each ask is a command, so the
     /// partition's cycles run in between).
     async fn until(&self, done: impl Fn(&QueueRuntime) -> bool) -> QueueRuntime {
+        self.until_in("q", done).await
+    }
+
+    async fn until_in(&self, queue: &str, done: impl Fn(&QueueRuntime) -> bool) -> QueueRuntime {
         guard(async {
             loop {
-                let runtime = self.runtime().await;
+                let runtime = self.runtime_of(queue).await;
                 if done(&runtime) {
                     return runtime;
                 }
@@ -168,4 +188,125 @@ async fn a_send_that_no_write_could_hold_is_refused_and_the_queue_goes_on() {
     let outcomes = guard(f.broker.send("q", vec![Message::new("fits")])).await.expect("send");
     assert!(matches!(outcomes[..], [SendOutcome::Enqueued(_)]));
     f.assert_within_limits(1);
+}
+
+#[tokio::test]
+async fn a_thousand_receive_and_delete_deliveries_are_written_within_the_limits() {
+    let f = Fixture::new(QueueDescription::default()).await;
+    f.send_all(MESSAGES, |i| Message::new(format!("r{i}"))).await;
+    let writes_before = f.store.writes();
+
+    let receiver =
+        guard(f.broker.open_receiver("q", ReceiveMode::ReceiveAndDelete)).await.expect("receiver");
+    receiver.add_credit(MESSAGES as u32);
+    for _ in 0..MESSAGES {
+        guard(receiver.recv()).await.expect("delivered");
+    }
+    assert_eq!(f.runtime().await.active_message_count, 0);
+    f.assert_within_limits(writes_before + (MESSAGES / 50) as u64);
+}
+
+#[tokio::test]
+async fn settling_more_messages_at_once_than_a_write_holds_settles_them_all() {
+    let f = Fixture::new(QueueDescription::default()).await;
+    f.send_all(200, |i| Message::new(format!("c{i}"))).await;
+    let receiver =
+        guard(f.broker.open_receiver("q", ReceiveMode::PeekLock)).await.expect("receiver");
+    receiver.add_credit(200);
+    let mut items = Vec::new();
+    for _ in 0..200 {
+        let message = guard(receiver.recv()).await.expect("delivered");
+        items.push((message.lock_token().expect("peek-lock"), Disposition::Complete));
+    }
+    let writes_before = f.store.writes();
+
+    let outcomes = guard(f.broker.start_settle_many("q", items)).await;
+    assert_eq!(outcomes.len(), 200);
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    assert_eq!(f.runtime().await.active_message_count, 0);
+    f.assert_within_limits(writes_before + 200 / 50);
+}
+
+#[tokio::test]
+async fn expired_duplicate_detection_records_are_deleted_within_the_limits() {
+    let description = QueueDescription {
+        requires_duplicate_detection: true,
+        duplicate_detection_history_time_window: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let f = Fixture::new(description).await;
+    f.send_all(MESSAGES, |i| Message::new("d").with_message_id(format!("id-{i}"))).await;
+    let dedup = keys::dedup_prefix(1, PartitionId(0));
+    let records = || async {
+        let end = prefix_end(&dedup);
+        guard(f.store.inner().scan(&dedup, &end, usize::MAX)).await.expect("scan").len()
+    };
+    assert_eq!(records().await, MESSAGES);
+    let writes_before = f.store.writes();
+
+    f.clock.advance(Duration::from_secs(61));
+    guard(async {
+        while records().await > 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    f.assert_within_limits(writes_before + (MESSAGES / 50) as u64);
+}
+
+#[tokio::test]
+async fn a_topic_fans_out_bursts_and_due_schedules_within_the_limits() {
+    let f = Fixture::new(QueueDescription::default()).await;
+    let topic = EntityDescription::Topic(TopicDescription::default());
+    guard(f.broker.create_entity(&path("t"), topic)).await.expect("topic");
+    for s in ["a", "b", "c"] {
+        let subscription = EntityDescription::Subscription(SubscriptionDescription::default());
+        guard(f.broker.create_entity(&path(&format!("t/Subscriptions/{s}")), subscription))
+            .await
+            .expect("subscription");
+    }
+    let writes_before = f.store.writes();
+    let sends: Vec<_> = (0..200)
+        .map(|i| f.broker.start_send("t", vec![Message::new(format!("p{i}"))]).expect("queued"))
+        .collect();
+    for send in sends {
+        guard(send).await.expect("publish");
+    }
+    let due = f.clock.now().saturating_add(Duration::from_secs(60));
+    for first in (0..300).step_by(5) {
+        let batch = (first..first + 5)
+            .map(|i| Message::new(format!("s{i}")).with_scheduled_enqueue_time(due))
+            .collect();
+        guard(f.broker.schedule("t", batch)).await.expect("schedule");
+    }
+    f.clock.advance(Duration::from_secs(61));
+    for s in ["a", "b", "c"] {
+        let address = format!("t/Subscriptions/{s}");
+        guard(async {
+            while f.count(&address).await < 500 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert_eq!(f.count(&address).await, 500, "{address}");
+    }
+    // A body and three copies a publish.
+    f.assert_within_limits(writes_before + 500 * 4 / 50);
+}
+
+#[tokio::test]
+async fn turning_forwarding_on_moves_a_backlog_over_several_cycles() {
+    let f = Fixture::new(QueueDescription::default()).await;
+    guard(f.broker.create_queue("dest", QueueDescription::default())).await.expect("dest");
+    f.send_all(300, |i| Message::new(format!("f{i}"))).await;
+    let writes_before = f.store.writes();
+
+    let forwarding =
+        QueueDescription { forward_to: Some("dest".into()), ..QueueDescription::default() };
+    guard(f.broker.update_queue("q", forwarding)).await.expect("forward");
+    let dest = f.until_in("dest", |r| r.active_message_count == 300).await;
+    assert_eq!(dest.active_message_count, 300);
+    let source = f.until(|r| r.active_message_count + r.transfer_message_count == 0).await;
+    assert_eq!(source.total_message_count, 0);
+    f.assert_within_limits(writes_before + 300 * 2 / 50);
 }

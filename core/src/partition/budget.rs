@@ -11,8 +11,10 @@
 //!   before the next begins;
 //! - takes commands in order while the journal and the next command's estimate fit; the
 //!   command that does not fit and every one after it wait for the next cycle, which runs at
-//!   once (forgetting transfers, which answers nobody, is split instead);
-//! - refuses a command whose estimate alone exceeds the budget, with
+//!   once. A command of independent items (transfers, settlements, transfers to forget) is
+//!   split instead: what fits now, the rest first thing next cycle, one answer for both;
+//! - refuses a command that a cycle of its own could not hold (a send or a commit stays one
+//!   atomic write; for a command of items, when its first item alone could not fit), with
 //!   [`BrokerError::InvalidOperation`] to its caller, without applying it;
 //! - bounds deliveries (receive-and-delete ones write) by what is left;
 //! - never writes a batch over the limits: should an estimate have been short, the cycle fails
@@ -22,7 +24,7 @@
 //! what it is without this file, plus one comparison per item of open-ended work.
 //!
 //! [`Store::limits`]: crate::store::Store::limits
-//! [`Effects::stop_at`]: super::effects::Effects
+//! [`Effects::stop_at`]: super::effects::Effects::stop_at
 
 use std::sync::Arc;
 
@@ -274,6 +276,18 @@ fn split(command: Command, room: Size, copies: usize) -> Result<(Command, Comman
     }
 }
 
+/// What the first item of a command [`split`] can divide is expected to write.
+fn first_item(command: &Command, copies: usize) -> Option<Size> {
+    match command {
+        Command::Transfer { transfers, .. } => {
+            transfers.first().map(|(_, m)| message_cost(m, copies).plus(Size::new(1, RECORD)))
+        }
+        Command::Settle { items, .. } => items.first().map(|(_, d)| settle_cost(d)),
+        Command::ForgetTransfers(ids) => ids.first().map(|_| Size::new(1, RECORD)),
+        _ => None,
+    }
+}
+
 /// Two reply channels whose answers, concatenated, answer `reply` (an error if either part's
 /// is one).
 fn joined<T: Send + 'static>(reply: ListOf<T>) -> (ListOf<T>, ListOf<T>) {
@@ -336,9 +350,13 @@ impl Partition {
         }
     }
 
-    /// The estimate of the first waiting command (see [`Partition::process_due_within`]).
+    /// What the first waiting command needs room for (see
+    /// [`Partition::process_due_within`]): its estimate, or its first item's if it can be
+    /// split.
     pub(super) fn first_estimate(&self, commands: &[(LaneId, Command)]) -> Size {
-        commands.first().map_or(Size::ZERO, |(lane, command)| estimate(command, self.copies(*lane)))
+        let Some((lane, command)) = commands.first() else { return Size::ZERO };
+        let copies = self.copies(*lane);
+        first_item(command, copies).unwrap_or_else(|| estimate(command, copies))
     }
 
     /// How many lanes a message sent through `lane` is copied to.
@@ -376,7 +394,8 @@ impl Partition {
                     }
                     Err(command) => command,
                 };
-                if total != Size::ZERO && cost.fits(whole) {
+                if first_item(&command, copies).unwrap_or(cost).fits(whole) {
+                    // A cycle of its own holds it (or its first item): the next one.
                     left.push((lane, command));
                     left.extend(queued.by_ref());
                     break;
