@@ -310,3 +310,37 @@ async fn turning_forwarding_on_moves_a_backlog_over_several_cycles() {
     assert_eq!(source.total_message_count, 0);
     f.assert_within_limits(writes_before + 300 * 2 / 50);
 }
+
+#[tokio::test]
+async fn a_session_lock_expiring_over_a_hundred_locked_messages_counts_them_within_the_limits() {
+    let description = QueueDescription { requires_session: true, ..QueueDescription::default() };
+    let f = Fixture::new(description).await;
+    f.send_all(100, |i| Message::new(format!("x{i}")).with_session_id("s")).await;
+    let held = guard(f.broker.accept_session("q", "s", ReceiveMode::PeekLock))
+        .await
+        .expect("accept the session");
+    held.add_credit(100);
+    let mut first = Vec::new();
+    for _ in 0..100 {
+        first.push(guard(held.recv()).await.expect("delivered").broker.delivery_count);
+    }
+    let writes_before = f.store.writes();
+
+    f.clock.advance(Duration::from_secs(61));
+    let again = guard(async {
+        loop {
+            match f.broker.accept_session("q", "s", ReceiveMode::PeekLock).await {
+                Ok(receiver) => return receiver,
+                Err(_) => tokio::task::yield_now().await,
+            }
+        }
+    })
+    .await;
+    assert!(held.is_lock_lost(), "the first lock expired");
+    again.add_credit(100);
+    for _ in 0..100 {
+        let message = guard(again.recv()).await.expect("delivered again");
+        assert_eq!(message.broker.delivery_count, first[0] + 1, "its session lock expired once");
+    }
+    f.assert_within_limits(writes_before + 100 / 50);
+}

@@ -32,7 +32,7 @@ use tokio::sync::oneshot;
 
 use super::{Command, LaneId, Partition, Work};
 use crate::error::{BrokerError, Result};
-use crate::message::{Disposition, Message};
+use crate::message::{value_size, ApplicationProperties, Disposition, Message};
 use crate::store::{WriteBatch, WriteLimits};
 use crate::types::{ReceiveMode, Timestamp};
 
@@ -179,13 +179,20 @@ pub(crate) fn estimate(command: &Command, copies: usize) -> Size {
     }
 }
 
-/// A settlement: the meta record deleted or rewritten (moved, for a dead letter), the body.
+/// A settlement: the meta record deleted or rewritten (moved, for a dead letter, with the
+/// reason, the description and the properties laid over the message's), the body.
 fn settle_cost(disposition: &Disposition) -> Size {
+    let laid = |properties: &ApplicationProperties| -> usize {
+        properties.iter().map(|(k, v)| k.len() + value_size(v) + 8).sum()
+    };
     let text = match disposition {
-        Disposition::DeadLetter { reason, description, .. } => {
-            reason.as_ref().map_or(0, String::len) + description.as_ref().map_or(0, String::len)
+        Disposition::DeadLetter { reason, description, properties } => {
+            reason.as_ref().map_or(0, String::len)
+                + description.as_ref().map_or(0, String::len)
+                + laid(properties)
         }
-        _ => 0,
+        Disposition::Abandon { properties } | Disposition::Defer { properties } => laid(properties),
+        Disposition::Complete | Disposition::Release => 0,
     };
     Size::new(3, 3 * RECORD + 2 * text)
 }
@@ -431,8 +438,70 @@ impl Partition {
 
 #[cfg(test)]
 mod tests {
-    use super::{Budget, Size};
+    use tokio::sync::oneshot;
+
+    use super::{estimate, first_item, split, Budget, Size, RECORD};
+    use crate::message::Disposition;
+    use crate::partition::{Command, TransferId};
     use crate::store::{WriteBatch, WriteLimits};
+    use crate::types::{LockToken, PartitionId, SequenceNumber, SubQueue};
+
+    #[test]
+    fn transfers_to_forget_split_at_what_fits() {
+        let ids: Vec<TransferId> =
+            (0..10).map(|i| TransferId { source: 7, sequence_number: SequenceNumber(i) }).collect();
+        let command = Command::ForgetTransfers(ids);
+        assert_eq!(estimate(&command, 0), Size::new(10, 10 * RECORD));
+        assert_eq!(first_item(&command, 0), Some(Size::new(1, RECORD)));
+        let Ok((Command::ForgetTransfers(first), Command::ForgetTransfers(rest))) =
+            split(command, Size::new(4, usize::MAX), 0)
+        else {
+            panic!("split in two");
+        };
+        assert_eq!((first.len(), rest.len()), (4, 6));
+        assert_eq!(first[3].sequence_number, SequenceNumber(3));
+        assert_eq!(rest[0].sequence_number, SequenceNumber(4));
+        let none = split(Command::ForgetTransfers(rest), Size::ZERO, 0);
+        assert!(matches!(none, Err(Command::ForgetTransfers(ids)) if ids.len() == 6));
+    }
+
+    #[tokio::test]
+    async fn a_split_settlement_is_answered_once_with_both_parts_in_order() {
+        let items: Vec<_> =
+            (0..5).map(|_| (LockToken::generate(PartitionId(0)), Disposition::Complete)).collect();
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Settle { queue: SubQueue::Main, items, reply };
+        let room = Size::new(3 * 2, usize::MAX);
+        let Ok((
+            Command::Settle { items: a, reply: ra, .. },
+            Command::Settle { items: b, reply: rb, .. },
+        )) = split(command, room, 0)
+        else {
+            panic!("split in two");
+        };
+        assert_eq!((a.len(), b.len()), (2, 3));
+        let _ = rb.send(Ok(vec![Ok(()), Err(crate::BrokerError::MessageLockLost), Ok(())]));
+        let _ = ra.send(Ok(vec![Ok(()), Ok(())]));
+        let joined = answer.await.expect("answered").expect("both parts written");
+        assert_eq!(joined.len(), 5);
+        assert_eq!(
+            joined[3],
+            Err(crate::BrokerError::MessageLockLost),
+            "the first part comes first"
+        );
+
+        let items = vec![(LockToken::generate(PartitionId(0)), Disposition::Complete); 2];
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Settle { queue: SubQueue::Main, items, reply };
+        let Ok((Command::Settle { reply: ra, .. }, Command::Settle { reply: rb, .. })) =
+            split(command, Size::new(3, usize::MAX), 0)
+        else {
+            panic!("split in two");
+        };
+        let _ = ra.send(Ok(vec![Ok(())]));
+        drop(rb);
+        assert!(answer.await.expect("answered").is_err(), "a part lost is the whole's error");
+    }
 
     #[test]
     fn sizes_saturate_and_compare_by_either_count() {

@@ -1,5 +1,6 @@
 //! What time makes due, applied at a `now` the actor gives: expired session locks (their
-//! messages count a delivery), expired message locks, scheduled messages coming due, expired
+//! messages count a delivery; under a store's write limits what a cycle could not count waits
+//! in `lapsed` for the next), expired message locks, scheduled messages coming due, expired
 //! messages, and the end of duplicate-detection windows, in that order.
 //!
 //! Under a store's write limits each loop stops at the cycle's share of the journal
@@ -21,6 +22,14 @@ impl PartitionState {
     pub(crate) fn process_due(&mut self, now: Timestamp) {
         if self.forwarding_pending {
             self.reconcile_forwarding(now);
+        }
+        while let Some(&seq) = self.lapsed.last() {
+            if self.fx.full() {
+                self.fx.more = true;
+                break;
+            }
+            self.lapsed.pop();
+            self.after_failed_delivery(SubQueue::Main, seq, ApplicationProperties::new(), now);
         }
         while !self.fx.full() {
             let Some(expired) = self.index.sessions.as_deref_mut().and_then(|s| s.pop_expired(now))
