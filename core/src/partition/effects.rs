@@ -96,7 +96,7 @@ impl Effects {
 
     /// Hands over the deliveries and sends the answers and replies of the cycle, whose write
     /// came to `result` (bodies are loaded if it is `Ok`). Deliveries of a failed cycle give
-    /// their credit back.
+    /// their credit back. Drains are acknowledged unless the cycle left work over (`more`).
     pub(crate) fn complete(&mut self, result: &Result<(), BrokerError>) {
         for (receiver, outgoing) in self.deliveries.drain(..) {
             if result.is_ok() {
@@ -115,8 +115,12 @@ impl Effects {
         for reply in self.replies.drain(..) {
             reply(result);
         }
-        for drain in self.drains.drain(..) {
-            let _ = drain.send(());
+        // A drain waits while work is left over for the next cycle (a store's write limits
+        // cut the deliveries short): it answers once everything possible was delivered.
+        if !(self.more && result.is_ok()) {
+            for drain in self.drains.drain(..) {
+                let _ = drain.send(());
+            }
         }
     }
 }

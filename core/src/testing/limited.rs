@@ -12,7 +12,8 @@ use crate::store::{KeyValue, Store, StoreError, StoreHealth, WriteBatch, WriteLi
 /// say) has: a batch over them is refused with
 /// [`StoreErrorKind::InvalidInput`](crate::store::StoreErrorKind::InvalidInput) and never
 /// reaches the inner store. It records the largest batch it was handed (refused or not), how
-/// many batches it wrote and how many it refused.
+/// many batches it wrote and how many it refused. Each write yields to other tasks first, as a
+/// write over a network does.
 #[derive(Debug)]
 pub struct LimitedStore {
     inner: Arc<dyn Store>,
@@ -78,6 +79,8 @@ impl Store for LimitedStore {
     }
 
     async fn write(&self, batch: WriteBatch) -> Result<(), StoreError> {
+        // As a store across a network would: other tasks run while a write is under way.
+        tokio::task::yield_now().await;
         self.largest_ops.fetch_max(batch.len() + batch.guards().len(), Ordering::SeqCst);
         self.largest_bytes.fetch_max(batch.bytes(), Ordering::SeqCst);
         if !self.limits.admits_batch(&batch) {
