@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ironbus_core::store::{prefix_end, WriteLimits};
-use ironbus_core::testing::{keys, LimitedStore};
+use ironbus_core::testing::{keys, FaultyStore, LimitedStore};
 use ironbus_core::{
     Broker, BrokerError, Clock, Disposition, EntityDescription, ManualClock, Message,
     NamespaceLimits, PartitionId, QueueDescription, QueueRuntime, ReceiveMode, SendOutcome,
@@ -347,4 +347,46 @@ async fn a_session_lock_expiring_over_a_hundred_locked_messages_counts_them_with
         assert_eq!(message.broker.delivery_count, first[0] + 1, "its session lock expired once");
     }
     f.assert_within_limits(writes_before + 100 / 50);
+}
+
+#[tokio::test]
+async fn a_partition_cut_short_by_the_limits_waits_to_retry_when_its_store_fails() {
+    let clock = Arc::new(ManualClock::default());
+    let faulty = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new())));
+    let store = Arc::new(LimitedStore::new(faulty.clone(), LIMITS));
+    let broker = guard(Broker::open(store.clone(), clock.clone(), NamespaceLimits::default()))
+        .await
+        .expect("open broker");
+    guard(broker.create_queue("q", QueueDescription::default())).await.expect("create queue");
+    let f = Fixture { broker, clock, store };
+    f.send_all(MESSAGES, |i| Message::new(format!("u{i}"))).await;
+
+    // Deliveries that write, more than a cycle holds, the first cycle of which fails.
+    let receiver =
+        guard(f.broker.open_receiver("q", ReceiveMode::ReceiveAndDelete)).await.expect("receiver");
+    faulty.set_unavailable(true);
+    receiver.add_credit(MESSAGES as u32);
+    // The failed write, then a rebuild that fails too.
+    guard(async {
+        while faulty.injected_failures() < 2 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let reads = faulty.gets() + faulty.scans();
+    for _ in 0..1000 {
+        tokio::task::yield_now().await;
+    }
+    // A spinning partition would try to rebuild on every turn (each store call yields).
+    let more_reads = faulty.gets() + faulty.scans() - reads;
+    assert!(more_reads <= 2, "{more_reads} reads: no rebuild before the retry interval");
+
+    faulty.set_unavailable(false);
+    f.clock.advance(Duration::from_secs(2));
+    // A command makes the partition try at once, whenever it last chose its retry deadline.
+    f.runtime().await;
+    for _ in 0..MESSAGES {
+        guard(receiver.recv()).await.expect("delivered after the outage");
+    }
+    f.assert_within_limits(1);
 }

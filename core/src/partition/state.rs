@@ -171,6 +171,7 @@ impl PartitionState {
         self.forwarding_pending = false;
         // Recovered unlocked, without the delivery they were to count, as after any failure.
         self.lapsed.clear();
+        self.fx.more = false;
         self.fx.journal.clear();
         self.fx.transient.clear();
         self.fx.released.clear();

@@ -12,8 +12,9 @@ use crate::store::{KeyValue, Store, StoreError, StoreHealth, WriteBatch, WriteLi
 /// say) has: a batch over them is refused with
 /// [`StoreErrorKind::InvalidInput`](crate::store::StoreErrorKind::InvalidInput) and never
 /// reaches the inner store. It records the largest batch it was handed (refused or not), how
-/// many batches it wrote and how many it refused. Each write yields to other tasks first, as a
-/// write over a network does.
+/// many batches it wrote and how many it refused. Each operation yields to other tasks first,
+/// as one over a network does (so that a task that never waits shows in a test as one that
+/// starves the others).
 #[derive(Debug)]
 pub struct LimitedStore {
     inner: Arc<dyn Store>,
@@ -66,6 +67,7 @@ impl LimitedStore {
 #[async_trait]
 impl Store for LimitedStore {
     async fn get(&self, key: &[u8]) -> Result<Option<Bytes>, StoreError> {
+        tokio::task::yield_now().await;
         self.inner.get(key).await
     }
 
@@ -75,11 +77,11 @@ impl Store for LimitedStore {
         end: &[u8],
         limit: usize,
     ) -> Result<Vec<KeyValue>, StoreError> {
+        tokio::task::yield_now().await;
         self.inner.scan(start, end, limit).await
     }
 
     async fn write(&self, batch: WriteBatch) -> Result<(), StoreError> {
-        // As a store across a network would: other tasks run while a write is under way.
         tokio::task::yield_now().await;
         self.largest_ops.fetch_max(batch.len() + batch.guards().len(), Ordering::SeqCst);
         self.largest_bytes.fetch_max(batch.bytes(), Ordering::SeqCst);
