@@ -144,6 +144,19 @@ mod tests {
     }
 
     #[test]
+    fn evicting_one_at_a_time_takes_only_ended_windows_in_time_order() {
+        let mut w = DedupWindow::default();
+        w.insert(key("a"), T0, Duration::from_secs(10));
+        w.insert(key("b"), T0, Duration::from_secs(5));
+        w.insert(key("c"), T0, Duration::from_secs(60));
+        let now = T0.saturating_add(Duration::from_secs(10));
+        assert_eq!(w.evict_one(now), Some(key("b")));
+        assert_eq!(w.evict_one(now), Some(key("a")));
+        assert_eq!(w.evict_one(now), None, "c's window has not ended");
+        assert_eq!(w.len(), 1);
+    }
+
+    #[test]
     fn eviction_returns_expired_keys_in_time_order() {
         let mut w = DedupWindow::default();
         w.insert(key("a"), T0, Duration::from_secs(10));

@@ -21,7 +21,8 @@
 //!   as a failed write does (every reply an error, the partition rebuilt from the store).
 //!
 //! A store without limits ([`WriteLimits::UNLIMITED`]) takes none of these paths: the cycle is
-//! what it is without this file, plus one comparison per item of open-ended work.
+//! what it is without this file, plus one comparison per item of open-ended work (the
+//! journal keeps its byte count as it goes, an addition per record).
 //!
 //! [`Store::limits`]: crate::store::Store::limits
 //! [`Effects::stop_at`]: super::effects::Effects::stop_at
