@@ -74,6 +74,17 @@ impl DedupWindow {
         gone
     }
 
+    /// Forgets the first key whose window ended at or before `now`, returning it (to delete
+    /// from the store); `None` when no window has ended.
+    pub fn evict_one(&mut self, now: Timestamp) -> Option<DedupKey> {
+        if self.by_time.first().is_none_or(|(until, _)| *until > now) {
+            return None;
+        }
+        let (_, key) = self.by_time.pop_first()?;
+        self.expiry.remove(&key);
+        Some(key)
+    }
+
     /// When the next key leaves the window.
     pub fn next_expiry(&self) -> Option<Timestamp> {
         self.by_time.first().map(|(t, _)| *t)
@@ -130,6 +141,19 @@ mod tests {
             DedupKey::of(&p("m", Some("b")), false)
         );
         assert_eq!(DedupKey::of(&MessageProperties::default(), true), None);
+    }
+
+    #[test]
+    fn evicting_one_at_a_time_takes_only_ended_windows_in_time_order() {
+        let mut w = DedupWindow::default();
+        w.insert(key("a"), T0, Duration::from_secs(10));
+        w.insert(key("b"), T0, Duration::from_secs(5));
+        w.insert(key("c"), T0, Duration::from_secs(60));
+        let now = T0.saturating_add(Duration::from_secs(10));
+        assert_eq!(w.evict_one(now), Some(key("b")));
+        assert_eq!(w.evict_one(now), Some(key("a")));
+        assert_eq!(w.evict_one(now), None, "c's window has not ended");
+        assert_eq!(w.len(), 1);
     }
 
     #[test]

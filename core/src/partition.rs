@@ -7,12 +7,18 @@
 //! everything it changed goes into **one** store write; only when that write is durable are
 //! replies sent and deliveries handed over. Many concurrent sends therefore share one write.
 //!
+//! A store may bound what one write holds ([`Store::limits`]). Then a cycle takes commands
+//! only while their writes fit, and bounds what time made due and its deliveries likewise;
+//! what is left waits for the next cycle, which runs at once (`budget.rs`). A store without
+//! limits never takes that path.
+//!
 //! The partition state decides, the actor acts: [`state::PartitionState`] applies time,
 //! commands and deliveries at a given `now` and accumulates their [`effects::Effects`] (the
 //! records to write, deliveries, replies); this file's actor reads the clock, loads the bodies
 //! the effects need, writes the journal and then carries the effects out. By concern:
 //!
 //! - `command.rs` — [`Command`]: every request the broker sends a partition.
+//! - `budget.rs` — keeping each cycle's write within the store's write limits.
 //! - `state.rs` — [`state::PartitionState`]: the rules (send, settle, locks, expiry,
 //!   scheduling, dead-lettering, delivery) without I/O.
 //! - `index.rs` — the in-memory index: an entry per message and sub-queue, and the available,
@@ -61,8 +67,14 @@
 //!
 //! **Architecture Invariant:** a partition never delivers without first reserving a unit of the
 //! receiver's credit.
+//!
+//! **Architecture Invariant:** a store is never handed a batch over its write limits: a cycle
+//! stops taking commands and doing time's work before them. A send or a commit stays one
+//! atomic write: one that no write could hold is refused with an error; a request of
+//! independent items (transfers, settlements) is split over cycles instead.
 
 mod bodies;
+mod budget;
 mod command;
 mod effects;
 mod index;
@@ -86,6 +98,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 pub(crate) use self::bodies::BodyCache;
+use self::budget::Budget;
 pub(crate) use self::command::Command;
 use self::journal::Journal;
 pub(crate) use self::sessions::SessionId;
@@ -296,6 +309,8 @@ struct Partition {
     state: PartitionState,
     topic: Option<TopicPart>,
     needs_rebuild: bool,
+    /// How much of the store's write limits a cycle may fill (see `budget.rs`).
+    budget: Budget,
 }
 
 impl fmt::Debug for Partition {
@@ -322,21 +337,31 @@ impl Partition {
             }
             topic
         });
-        Partition { cx, shared, state, topic, needs_rebuild: true }
+        let budget = Budget::new(cx.store.limits());
+        Partition { cx, shared, state, topic, needs_rebuild: true, budget }
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<(LaneId, Command)>) {
         let mut commands = Vec::with_capacity(MAX_BATCH);
         loop {
-            let deadline = self.next_deadline();
-            let sleep = self.cx.clock.sleep_until(deadline);
-            tokio::select! {
-                received = rx.recv_many(&mut commands, MAX_BATCH) => {
-                    if received == 0 {
-                        break;
+            if commands.is_empty() && !self.has_more() {
+                let deadline = self.next_deadline();
+                let sleep = self.cx.clock.sleep_until(deadline);
+                tokio::select! {
+                    received = rx.recv_many(&mut commands, MAX_BATCH) => {
+                        if received == 0 {
+                            break;
+                        }
                     }
+                    () = sleep => {}
                 }
-                () = sleep => {}
+            } else {
+                // The last cycle stopped short of the store's write limits with work left: go on
+                // at once, with what has queued since.
+                while commands.len() < MAX_BATCH {
+                    let Ok(command) = rx.try_recv() else { break };
+                    commands.push(command);
+                }
             }
             if !self.cycle(&mut commands).await {
                 break;
@@ -390,25 +415,34 @@ impl Partition {
             }
             self.set_available(true);
             // Messages recovered into the wrong place for the entity's forwarding rules (they
-            // changed while the partition could not write) move now, in this cycle's write.
-            let now = self.cx.clock.now();
+            // changed while the partition could not write) move now, before what is due.
             for state in self.states_mut() {
-                state.reconcile_forwarding(now);
+                state.forwarding_pending = true;
             }
         }
 
         let now = self.cx.clock.now();
-        for state in self.states_mut() {
-            state.process_due(now);
-        }
-        if let Some(topic) = &mut self.topic {
-            topic.publish_due(&mut self.state);
-        }
         let mut keep_running = true;
-        for (lane, command) in commands.drain(..) {
-            keep_running &= self.apply(lane, command, now);
+        if self.budget.is_limited() {
+            for state in self.states_mut() {
+                state.fx.more = false;
+            }
+            let first = self.first_estimate(commands);
+            self.process_due_within(now, first);
+            keep_running = self.apply_within(commands, now);
+            self.deliver_within(now);
+        } else {
+            for state in self.states_mut() {
+                state.process_due(now);
+            }
+            if let Some(topic) = &mut self.topic {
+                topic.publish_due(&mut self.state, None);
+            }
+            for (lane, command) in commands.drain(..) {
+                keep_running &= self.apply(lane, command, now);
+            }
+            self.deliver(now);
         }
-        self.deliver(now);
         if let Some(topic) = &mut self.topic {
             topic.release_bodies(&mut self.state);
         }
@@ -423,6 +457,10 @@ impl Partition {
             for lane in &mut topic.lanes {
                 batch.append(&mut lane.state.fx.journal.take());
             }
+        }
+        if result.is_ok() && !self.budget.admits(&batch) {
+            // An estimate fell short (see `budget.rs`): the store is never handed the batch.
+            result = Err(self.budget.limits().exceeded(&batch));
         }
         if result.is_ok() && !batch.is_empty() {
             metrics::counter!(m::STORE_WRITTEN_BYTES_TOTAL).increment(batch.bytes() as u64);

@@ -8,6 +8,8 @@
 //!   few writes), for testing how the core copes with a failing store; it can also impose write
 //!   limits ([`FaultyStore::with_limits`]), to run code and the limits case against a store
 //!   with finite limits.
+//! - [`LimitedStore`]: wraps a store and gives it write limits, recording the largest batch it
+//!   was handed, for testing that the core keeps within a store's limits.
 //! - [`TempDir`]: a unique scratch directory for stores that live on disk.
 //! - [`keys`]: the store's key layout, for tests that reach one partition's records (the
 //!   layout is the core's own business: only tests see it).
@@ -16,6 +18,7 @@
 
 pub mod conformance;
 mod faulty;
+mod limited;
 mod temp_dir;
 
 use std::sync::Arc;
@@ -28,6 +31,7 @@ use crate::types::PartitionId;
 use crate::{Broker, Result};
 
 pub use faulty::FaultyStore;
+pub use limited::LimitedStore;
 pub use temp_dir::TempDir;
 
 /// The store's key layout (`crate::keys`, private to the core), for tests that reach one

@@ -7,12 +7,16 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::bodies::Outgoing;
+use super::budget::Size;
 use super::journal::Journal;
 use super::tally::Tally;
 use crate::error::{BrokerError, Result};
 use crate::message::ReceivedMessage;
 use crate::receiver::ReceiverShared;
 use crate::types::{SequenceNumber, SubQueue};
+
+/// What deleting a released body may take: its key, with room to spare.
+const RELEASED_BODY_BYTES: usize = 32;
 
 /// A reply waiting for the cycle's write: it answers with the write's error if that failed.
 pub(crate) type Reply = Box<dyn FnOnce(&Result<(), BrokerError>) + Send + Sync>;
@@ -38,6 +42,13 @@ pub(crate) struct Effects {
     /// Bodies this cycle's removals let go of, when bodies are shared between lanes (a topic's
     /// partition): the actor counts them down and deletes a body no copy uses.
     pub(crate) released: Vec<SequenceNumber>,
+    /// The journal size at which open-ended work (what time makes due, forwarding
+    /// reconciliation, deliveries) stops for this cycle: [`Size::MAX`] unless the store has
+    /// write limits (see `budget.rs`).
+    pub(crate) stop_at: Size,
+    /// Whether open-ended work stopped at `stop_at` with work left that no deadline brings
+    /// back: the next cycle runs at once.
+    pub(crate) more: bool,
 }
 
 impl Effects {
@@ -52,7 +63,20 @@ impl Effects {
             probe: false,
             tally: Tally::default(),
             released: Vec::new(),
+            stop_at: Size::MAX,
+            more: false,
         }
+    }
+
+    /// What this cycle writes so far, counting each released body as a delete it may become.
+    pub(crate) fn size(&self) -> Size {
+        let released = self.released.len();
+        self.journal.size().plus(Size::new(released, released * RELEASED_BODY_BYTES))
+    }
+
+    /// Whether open-ended work must stop for this cycle (see `stop_at`).
+    pub(crate) fn full(&self) -> bool {
+        self.size().reaches(self.stop_at)
     }
 
     /// Queues a reply to be sent after the cycle's write: `answer` if the write succeeded,
@@ -72,7 +96,7 @@ impl Effects {
 
     /// Hands over the deliveries and sends the answers and replies of the cycle, whose write
     /// came to `result` (bodies are loaded if it is `Ok`). Deliveries of a failed cycle give
-    /// their credit back.
+    /// their credit back. Drains are acknowledged unless the cycle left work over (`more`).
     pub(crate) fn complete(&mut self, result: &Result<(), BrokerError>) {
         for (receiver, outgoing) in self.deliveries.drain(..) {
             if result.is_ok() {
@@ -91,8 +115,12 @@ impl Effects {
         for reply in self.replies.drain(..) {
             reply(result);
         }
-        for drain in self.drains.drain(..) {
-            let _ = drain.send(());
+        // A drain waits while work is left over for the next cycle (a store's write limits
+        // cut the deliveries short): it answers once everything possible was delivered.
+        if !(self.more && result.is_ok()) {
+            for drain in self.drains.drain(..) {
+                let _ = drain.send(());
+            }
         }
     }
 }

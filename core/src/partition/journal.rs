@@ -8,6 +8,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
+use super::budget::Size;
 use super::transfer::TransferId;
 use crate::codec::{self, MessageMeta};
 use crate::dedup::DedupKey;
@@ -25,52 +28,53 @@ pub(crate) struct Journal {
     entity_id: EntityId,
     partition: PartitionId,
     batch: WriteBatch,
+    /// What [`WriteBatch::bytes`] would count, kept as records are added.
+    bytes: usize,
 }
 
 impl Journal {
     pub(crate) fn new(entity_id: EntityId, partition: PartitionId) -> Self {
-        Journal { entity_id, partition, batch: WriteBatch::new() }
+        Journal { entity_id, partition, batch: WriteBatch::new(), bytes: 0 }
     }
 
     /// The message's meta record (written again on every change).
     pub(crate) fn put_meta(&mut self, queue: SubQueue, seq: SequenceNumber, meta: &MessageMeta) {
         let key = keys::message(self.entity_id, self.partition, queue, seq);
-        self.batch.put(key, codec::encode_meta(meta));
+        self.put(key, codec::encode_meta(meta));
     }
 
     pub(crate) fn delete_meta(&mut self, queue: SubQueue, seq: SequenceNumber) {
-        self.batch.delete(keys::message(self.entity_id, self.partition, queue, seq));
+        self.delete(keys::message(self.entity_id, self.partition, queue, seq));
     }
 
     /// The message's body record (written once, at enqueue).
     pub(crate) fn put_body(&mut self, seq: SequenceNumber, message: &Message) {
-        self.batch
-            .put(keys::body(self.entity_id, self.partition, seq), codec::encode_body(message));
+        self.put(keys::body(self.entity_id, self.partition, seq), codec::encode_body(message));
     }
 
     pub(crate) fn delete_body(&mut self, seq: SequenceNumber) {
-        self.batch.delete(keys::body(self.entity_id, self.partition, seq));
+        self.delete(keys::body(self.entity_id, self.partition, seq));
     }
 
     /// Deletes the body records of sequence numbers `from..to` with one range delete.
     pub(crate) fn delete_bodies(&mut self, from: SequenceNumber, to: SequenceNumber) {
         let (id, p) = (self.entity_id, self.partition);
-        self.batch.delete_range(keys::body(id, p, from), keys::body(id, p, to));
+        self.delete_range(keys::body(id, p, from), keys::body(id, p, to));
     }
 
     /// The partition's own record: the last sequence counter issued.
     pub(crate) fn put_counter(&mut self, last_counter: u64) {
         let key = keys::partition_record(self.entity_id, self.partition);
-        self.batch.put(key, codec::encode_partition(last_counter));
+        self.put(key, codec::encode_partition(last_counter));
     }
 
     pub(crate) fn put_dedup(&mut self, key: &DedupKey, until: Timestamp) {
         let key = keys::dedup(self.entity_id, self.partition, key);
-        self.batch.put(key, codec::encode_dedup(until));
+        self.put(key, codec::encode_dedup(until));
     }
 
     pub(crate) fn delete_dedup(&mut self, key: &DedupKey) {
-        self.batch.delete(keys::dedup(self.entity_id, self.partition, key));
+        self.delete(keys::dedup(self.entity_id, self.partition, key));
     }
 
     /// A session's state, or (None) its removal.
@@ -78,9 +82,9 @@ impl Journal {
         let key = keys::session(self.entity_id, self.partition, session);
         match state {
             Some((updated_at, bytes)) => {
-                self.batch.put(key, codec::encode_session_state(updated_at, bytes))
+                self.put(key, codec::encode_session_state(updated_at, bytes))
             }
-            None => self.batch.delete(key),
+            None => self.delete(key),
         }
     }
 
@@ -88,13 +92,13 @@ impl Journal {
     pub(crate) fn put_transfer(&mut self, id: TransferId) {
         let key =
             keys::transfer_record(self.entity_id, self.partition, id.source, id.sequence_number);
-        self.batch.put(key, codec::encode_transfer_record());
+        self.put(key, codec::encode_transfer_record());
     }
 
     pub(crate) fn delete_transfer(&mut self, id: TransferId) {
         let key =
             keys::transfer_record(self.entity_id, self.partition, id.source, id.sequence_number);
-        self.batch.delete(key);
+        self.delete(key);
     }
 
     /// Deletes everything a lane (a subscription) keeps in this partition, with one range
@@ -102,12 +106,36 @@ impl Journal {
     pub(crate) fn delete_lane(&mut self, lane: EntityId) {
         let prefix = keys::partition_prefix(lane, self.partition);
         let end = crate::store::prefix_end(&prefix);
-        self.batch.delete_range(prefix, end);
+        self.delete_range(prefix, end);
     }
 
     /// Moves what another journal holds to the end of this one.
     pub(crate) fn append(&mut self, other: &mut Journal) {
         self.batch.append(&mut other.batch);
+        self.bytes += std::mem::take(&mut other.bytes);
+    }
+
+    fn put(&mut self, key: impl Into<Bytes>, value: impl Into<Bytes>) {
+        let (key, value) = (key.into(), value.into());
+        self.bytes += key.len() + value.len();
+        self.batch.put(key, value);
+    }
+
+    fn delete(&mut self, key: impl Into<Bytes>) {
+        let key = key.into();
+        self.bytes += key.len();
+        self.batch.delete(key);
+    }
+
+    fn delete_range(&mut self, start: impl Into<Bytes>, end: impl Into<Bytes>) {
+        let (start, end) = (start.into(), end.into());
+        self.bytes += start.len() + end.len();
+        self.batch.delete_range(start, end);
+    }
+
+    /// What the batch holds so far, as the store's write limits count it.
+    pub(crate) fn size(&self) -> Size {
+        Size::new(self.batch.len() + self.batch.guards().len(), self.bytes)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -116,12 +144,15 @@ impl Journal {
 
     /// The batch to write, leaving the journal empty.
     pub(crate) fn take(&mut self) -> WriteBatch {
+        debug_assert_eq!(self.bytes, self.batch.bytes(), "the journal counts what its batch does");
+        self.bytes = 0;
         std::mem::take(&mut self.batch)
     }
 
     /// Forgets what was journalled (the state it described is being rebuilt).
     pub(crate) fn clear(&mut self) {
         self.batch = WriteBatch::new();
+        self.bytes = 0;
     }
 }
 

@@ -314,6 +314,10 @@ impl PartitionState {
             while let Some(seq) =
                 self.index.sessions.as_deref().and_then(|s| s.first_available(&id))
             {
+                if self.fx.full() {
+                    self.fx.more = true;
+                    return;
+                }
                 if !receiver.try_reserve() {
                     break;
                 }
@@ -404,7 +408,14 @@ impl PartitionState {
             self.unlock(SubQueue::Main, seq);
             if expired {
                 metrics::counter!(m::LOCK_EXPIRATIONS_TOTAL).increment(1);
-                self.after_failed_delivery(SubQueue::Main, seq, ApplicationProperties::new(), now);
+                if self.fx.full() {
+                    // A store's write limits: counted in the next cycle (see `state/due.rs`).
+                    self.lapsed.push(seq);
+                    self.fx.more = true;
+                } else {
+                    let props = ApplicationProperties::new();
+                    self.after_failed_delivery(SubQueue::Main, seq, props, now);
+                }
             } else {
                 self.make_available(SubQueue::Main, seq, now);
             }

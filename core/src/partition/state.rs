@@ -99,6 +99,13 @@ pub(crate) struct PartitionState {
     pub(crate) reserved: std::collections::BTreeSet<SequenceNumber>,
     /// The transfer-queue depth last added to the metrics gauge.
     published_transfers: std::sync::atomic::AtomicU64,
+    /// Whether messages may still wait where forwarding rules that changed (or a rebuild)
+    /// no longer want them: `process_due` goes on moving them (see `state/forwarding.rs`).
+    pub(crate) forwarding_pending: bool,
+    /// Messages of a session whose lock expired that are still to count their failed
+    /// delivery: what a store's write limits left over from the cycle the lock expired in
+    /// (`process_due` goes on with them). Always empty without limits.
+    pub(crate) lapsed: Vec<SequenceNumber>,
     /// What the cycle under way decided; the actor carries it out.
     pub(crate) fx: Effects,
 }
@@ -132,6 +139,8 @@ impl PartitionState {
             transfers: TransferLedger::default(),
             reserved: Default::default(),
             published_transfers: std::sync::atomic::AtomicU64::new(0),
+            forwarding_pending: false,
+            lapsed: Vec::new(),
             fx: Effects::new(journal),
         }
     }
@@ -159,6 +168,10 @@ impl PartitionState {
         self.swept_to = SequenceNumber::default();
         // Left on disk: the first sweep after the rebuild deletes from the start.
         self.deferred_bodies.clear();
+        self.forwarding_pending = false;
+        // Recovered unlocked, without the delivery they were to count, as after any failure.
+        self.lapsed.clear();
+        self.fx.more = false;
         self.fx.journal.clear();
         self.fx.transient.clear();
         self.fx.released.clear();

@@ -22,6 +22,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::budget::Size;
 use super::index::Aux;
 use super::journal::read_bodies;
 use super::state::PartitionState;
@@ -373,11 +374,22 @@ impl TopicPart {
     }
 
     /// Publishes the topic's scheduled messages that came due (made active in the topic's
-    /// lane by `process_due`).
-    pub(crate) fn publish_due(&mut self, topic: &mut PartitionState) {
+    /// lane by `process_due`). With `stop_at` (a store's write limits, see `budget.rs`) it
+    /// stops, after one publish at least, before the lanes' journals together would pass it;
+    /// the rest stay active in the topic's lane for the next cycle, which runs at once.
+    pub(crate) fn publish_due(&mut self, topic: &mut PartitionState, stop_at: Option<Size>) {
         let due: Vec<SequenceNumber> =
             topic.index.available[SubQueue::Main].iter().copied().collect();
-        for seq in due {
+        let per_publish = Size::new(2 + self.lanes.len(), 256 * (2 + self.lanes.len()));
+        for (i, seq) in due.into_iter().enumerate() {
+            if let Some(stop_at) = stop_at {
+                let size =
+                    self.lanes.iter().fold(topic.fx.size(), |s, l| s.plus(l.state.fx.size()));
+                if i > 0 && !size.plus(per_publish).fits(stop_at) {
+                    topic.fx.more = true;
+                    break;
+                }
+            }
             let Some(entry) = topic.take(SubQueue::Main, seq) else { continue };
             let mut entry = entry;
             topic.uncache(&mut entry);

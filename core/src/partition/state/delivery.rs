@@ -42,13 +42,19 @@ impl PartitionState {
         }
     }
 
-    /// Hands available messages to receivers with credit, in turn, until one runs out.
+    /// Hands available messages to receivers with credit, in turn, until one runs out — or
+    /// until the journal reaches `fx.stop_at` (a store's write limits: a receive-and-delete
+    /// hand-out writes), leaving the rest to the next cycle, which runs at once.
     pub(crate) fn deliver_available(&mut self, now: Timestamp) {
         for list in self.receivers.values_mut() {
             list.retain(|r| !r.is_closed());
         }
         for queue in SubQueue::ALL {
             while let Some(&seq) = self.index.available[queue].first() {
+                if self.fx.full() {
+                    self.fx.more = true;
+                    return;
+                }
                 let Some(receiver) = self.reserve_receiver(queue) else { break };
                 let outgoing = self.hand_out(queue, seq, receiver.mode, now);
                 self.fx.deliveries.push((receiver, outgoing));

@@ -3,11 +3,15 @@
 //! dead-letter and transfer queues when they change, and the transfer ledger of a destination
 //! (see `partition/transfer.rs`).
 //!
+//! A change of the rules moves messages over as many cycles as the store's write limits need
+//! (`partition/budget.rs`); meanwhile new messages already go where the new rules want them.
+//!
 //! Invariants kept here: with ForwardTo a message becomes active in the transfer queue (the
 //! forwarder's), not in the main queue, and a change of the rules moves what waits to where
 //! the new rules want it; a destination stores a transfer at most once (a transfer id it
 //! recorded is answered as a duplicate until its source confirms it, see `transfer.rs`).
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use super::PartitionState;
@@ -45,34 +49,52 @@ impl PartitionState {
     /// Puts every message where the forwarding rules want it: with ForwardTo the main queue's
     /// active, unlocked messages go to the transfer queue; without it the transfer queue's
     /// messages come back (dead letters to the dead-letter queue unless those are forwarded).
+    /// Stops once the journal reaches `fx.stop_at` (a store's write limits): it is left
+    /// pending, and `process_due` goes on with it in the next cycles, which run at once.
     pub(crate) fn reconcile_forwarding(&mut self, now: Timestamp) {
+        self.forwarding_pending = true;
         if self.forwards() {
-            let active: Vec<SequenceNumber> = self.index.available[SubQueue::Main]
-                .iter()
-                .copied()
-                .filter(|seq| {
-                    self.index.entry(SubQueue::Main, *seq).is_some_and(|e| e.lock().is_none())
-                })
-                .collect();
-            for seq in active {
+            let mut after = None;
+            loop {
+                let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+                let next = self.index.available[SubQueue::Main]
+                    .range((from, Bound::Unbounded))
+                    .copied()
+                    .find(|seq| {
+                        self.index.entry(SubQueue::Main, *seq).is_some_and(|e| e.lock().is_none())
+                    });
+                let Some(seq) = next else { break };
+                if self.fx.full() {
+                    self.fx.more = true;
+                    return;
+                }
+                after = Some(seq);
                 self.relocate(SubQueue::Main, SubQueue::Transfer, seq, now);
             }
         }
         let (forwards, forwards_dead_letters) = (self.forwards(), self.forwards_dead_letters());
-        let back: Vec<(SequenceNumber, SubQueue)> = self.index.messages[SubQueue::Transfer]
-            .iter()
-            .filter_map(|(&seq, e)| {
-                let dead = e.aux.as_ref().is_some_and(|a| a.dead_letter_reason.is_some());
-                match (dead, forwards, forwards_dead_letters) {
-                    (false, false, _) => Some((seq, SubQueue::Main)),
-                    (true, _, false) => Some((seq, SubQueue::DeadLetter)),
-                    _ => None,
-                }
-            })
-            .collect();
-        for (seq, to) in back {
+        let mut after = None;
+        loop {
+            let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+            let next = self.index.messages[SubQueue::Transfer]
+                .range((from, Bound::Unbounded))
+                .find_map(|(&seq, e)| {
+                    let dead = e.aux.as_ref().is_some_and(|a| a.dead_letter_reason.is_some());
+                    match (dead, forwards, forwards_dead_letters) {
+                        (false, false, _) => Some((seq, SubQueue::Main)),
+                        (true, _, false) => Some((seq, SubQueue::DeadLetter)),
+                        _ => None,
+                    }
+                });
+            let Some((seq, to)) = next else { break };
+            if self.fx.full() {
+                self.fx.more = true;
+                return;
+            }
+            after = Some(seq);
             self.relocate(SubQueue::Transfer, to, seq, now);
         }
+        self.forwarding_pending = false;
     }
 
     /// Moves a message from one sub-queue to another (unlocking it): its meta record moves,
