@@ -5,9 +5,7 @@
 //!   function each, and [`store_conformance_suite!`](crate::store_conformance_suite), which
 //!   turns them into one named test per case. Every store crate invokes it once.
 //! - [`FaultyStore`]: wraps a store and injects outages (whole store, one key prefix, the next
-//!   few writes), for testing how the core copes with a failing store; it can also impose write
-//!   limits ([`FaultyStore::with_limits`]), to run code and the limits case against a store
-//!   with finite limits.
+//!   few writes), for testing how the core copes with a failing store.
 //! - [`LimitedStore`]: wraps a store and gives it write limits, recording the largest batch it
 //!   was handed, for testing that the core keeps within a store's limits.
 //! - [`TempDir`]: a unique scratch directory for stores that live on disk.

@@ -1,5 +1,5 @@
 //! The store conformance suite, run against `MemoryStore`, against a `FaultyStore` with no fault
-//! active (which must be indistinguishable from the store it wraps), and against a `FaultyStore`
+//! active (which must be indistinguishable from the store it wraps), and against a `LimitedStore`
 //! imposing write limits (roomy enough for every case's batches, so that the limits case runs
 //! against finite limits and every other case still applies). The limits case also runs alone
 //! against tight limits, and is checked to catch a store that ignores its own limits.
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use ironbus_core::store::{KeyValue, Store, StoreError, StoreHealth, WriteBatch, WriteLimits};
-use ironbus_core::testing::{conformance, FaultyStore};
+use ironbus_core::testing::{conformance, FaultyStore, LimitedStore};
 use ironbus_store_memory::MemoryStore;
 
 ironbus_core::store_conformance_suite!(memory, || async { Arc::new(MemoryStore::new()) });
@@ -20,8 +20,8 @@ ironbus_core::store_conformance_suite!(limited_memory, || async {
     Arc::new(limited(WriteLimits { max_ops: 1024, max_bytes: 2 << 20 }))
 });
 
-fn limited(limits: WriteLimits) -> FaultyStore {
-    FaultyStore::new(Arc::new(MemoryStore::new())).with_limits(limits)
+fn limited(limits: WriteLimits) -> LimitedStore {
+    LimitedStore::new(Arc::new(MemoryStore::new()), limits)
 }
 
 #[tokio::test]

@@ -1,6 +1,4 @@
-//! A [`Store`] wrapper that injects outages, for testing how the core copes with a failing store,
-//! and that can impose write limits, for testing code (and stores' suites) against a store with
-//! finite [`WriteLimits`].
+//! A [`Store`] wrapper that injects outages, for testing how the core copes with a failing store.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -28,23 +26,17 @@ use crate::store::{
 ///    `health()` stays as the inner store reports it, as a store with one unreachable region
 ///    would;
 /// 3. it is a write and pending write failures are left
-///    ([`fail_next_writes`](Self::fail_next_writes)); only writes that pass 1, 2 and the limits
-///    use one up.
+///    ([`fail_next_writes`](Self::fail_next_writes)); only writes that pass 1 and 2 use one up.
 ///
 /// Guards pass through to the inner store, which checks them: a write whose guard does not hold
-/// fails with the inner store's [`StoreErrorKind::Conflict`]. With imposed limits
-/// ([`with_limits`](Self::with_limits)) a write that passes 1 and 2 but is over them fails with
-/// [`StoreErrorKind::InvalidInput`] without reaching the inner store (not an injected fault: it
-/// is not counted in [`injected_failures`](Self::injected_failures)).
+/// fails with the inner store's [`StoreErrorKind::Conflict`]. Its write limits are the inner
+/// store's (a [`LimitedStore`](super::LimitedStore) imposes limits).
 ///
 /// [`StoreErrorKind::Unavailable`]: crate::store::StoreErrorKind::Unavailable
 /// [`StoreErrorKind::Conflict`]: crate::store::StoreErrorKind::Conflict
-/// [`StoreErrorKind::InvalidInput`]: crate::store::StoreErrorKind::InvalidInput
 #[derive(Debug)]
 pub struct FaultyStore {
     inner: Arc<dyn Store>,
-    /// Limits imposed on top of the inner store's; `UNLIMITED` unless set.
-    limits: WriteLimits,
     faults: Mutex<Faults>,
     gets: AtomicU64,
     scans: AtomicU64,
@@ -91,21 +83,12 @@ impl FaultyStore {
     pub fn new(inner: Arc<dyn Store>) -> Self {
         Self {
             inner,
-            limits: WriteLimits::UNLIMITED,
             faults: Mutex::default(),
             gets: AtomicU64::new(0),
             scans: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             injected: AtomicU64::new(0),
         }
-    }
-
-    /// The same store, refusing (with `InvalidInput`) every batch over `limits`, and reporting
-    /// them from [`Store::limits`] (combined with the inner store's: the smaller of each).
-    /// Limits are part of the store, not a fault: [`heal_all`](Self::heal_all) keeps them.
-    pub fn with_limits(mut self, limits: WriteLimits) -> Self {
-        self.limits = limits;
-        self
     }
 
     /// The wrapped store, to inspect its contents behind the faults' back.
@@ -223,10 +206,6 @@ impl Store for FaultyStore {
             {
                 return Err(self.fail("injected fault: key prefix unavailable"));
             }
-            let limits = self.limits();
-            if !limits.admits_batch(&batch) {
-                return Err(limits.exceeded(&batch));
-            }
             if faults.failing_writes > 0 {
                 faults.failing_writes -= 1;
                 return Err(self.fail("injected fault: write failure"));
@@ -236,11 +215,7 @@ impl Store for FaultyStore {
     }
 
     fn limits(&self) -> WriteLimits {
-        let inner = self.inner.limits();
-        WriteLimits {
-            max_ops: inner.max_ops.min(self.limits.max_ops),
-            max_bytes: inner.max_bytes.min(self.limits.max_bytes),
-        }
+        self.inner.limits()
     }
 
     fn health(&self) -> StoreHealth {

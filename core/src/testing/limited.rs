@@ -8,8 +8,9 @@ use bytes::Bytes;
 
 use crate::store::{KeyValue, Store, StoreError, StoreHealth, WriteBatch, WriteLimits};
 
-/// Wraps a store and gives it [`WriteLimits`], as a store bounded per transaction (PostgreSQL,
-/// say) has: a batch over them is refused with
+/// Wraps a store and gives it [`WriteLimits`] (the smaller of these and the inner store's, of
+/// each), as a store bounded per transaction (PostgreSQL, say) has: a batch over them is
+/// refused with
 /// [`StoreErrorKind::InvalidInput`](crate::store::StoreErrorKind::InvalidInput) and never
 /// reaches the inner store. It records the largest batch it was handed (refused or not), how
 /// many batches it wrote and how many it refused. Each operation yields to other tasks first,
@@ -28,6 +29,11 @@ pub struct LimitedStore {
 impl LimitedStore {
     /// Wraps `inner` with `limits`.
     pub fn new(inner: Arc<dyn Store>, limits: WriteLimits) -> Self {
+        let own = inner.limits();
+        let limits = WriteLimits {
+            max_ops: limits.max_ops.min(own.max_ops),
+            max_bytes: limits.max_bytes.min(own.max_bytes),
+        };
         Self {
             inner,
             limits,
