@@ -26,6 +26,7 @@ mod compat;
 mod crash;
 mod fuzz;
 mod native;
+mod postgres;
 #[cfg(test)]
 mod tidy;
 
