@@ -98,9 +98,10 @@ impl Database {
         Ok(Database { server })
     }
 
-    /// The server's `--postgres-url`.
+    /// The server's `--postgres-url`: the harness's database and superuser, as a URL (no spaces,
+    /// so the echoed server command can be pasted into a shell).
     pub(crate) fn url(&self) -> String {
-        self.server.url()
+        format!("postgresql://{}@127.0.0.1:{}/postgres", harness::USER, self.server.port())
     }
 
     /// Fails when the database is no longer running.
