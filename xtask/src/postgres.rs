@@ -39,7 +39,12 @@ impl StoreKind {
             Some(kind) if offered.contains(&kind) => Ok(kind),
             _ => {
                 let names: Vec<&str> = offered.iter().map(|kind| kind.name()).collect();
-                bail!("--store must be {}, got `{text}`", names.join(" or "))
+                let names = match names.split_last() {
+                    Some((last, [])) => (*last).to_owned(),
+                    Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                    None => "nothing".to_owned(),
+                };
+                bail!("--store must be {names}, got `{text}`")
             }
         }
     }
@@ -155,7 +160,9 @@ mod tests {
         assert_eq!(StoreKind::parse("postgres", &both).unwrap(), StoreKind::Postgres);
         let refused = StoreKind::parse("memory", &both).unwrap_err().to_string();
         assert_eq!(refused, "--store must be rocksdb or postgres, got `memory`");
-        assert!(StoreKind::parse("ram", &[StoreKind::Memory]).is_err());
+        let all = [StoreKind::Rocksdb, StoreKind::Postgres, StoreKind::Memory];
+        let refused = StoreKind::parse("ram", &all).unwrap_err().to_string();
+        assert_eq!(refused, "--store must be rocksdb, postgres or memory, got `ram`");
     }
 
     #[test]
