@@ -12,6 +12,11 @@
 //!
 //! Without PostgreSQL installed, starting panics with a message that says how to install it:
 //! a test that needs a database fails rather than passing without one.
+//! [`PostgresServer::try_start`] returns that message instead.
+//!
+//! **Invariant:** this file uses `std` alone. `cargo xtask compat|crash --store postgres`
+//! compiles it into xtask (`#[path]`), so that xtask starts its database with this very harness
+//! without depending on this crate (tokio-postgres and the core would slow xtask's build).
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -51,43 +56,60 @@ impl PostgresServer {
     /// When PostgreSQL is not installed (with [`INSTALL_HINT`]) or does not start (with its
     /// log).
     pub fn start() -> Self {
-        let bin = match bin_dir() {
-            Ok(bin) => bin,
-            Err(searched) => panic!("{INSTALL_HINT} (searched {searched})"),
-        };
+        Self::try_start().unwrap_or_else(|message| panic!("{message}"))
+    }
+
+    /// [`PostgresServer::start`], with what went wrong as the error instead of a panic: the
+    /// install hint when PostgreSQL is missing, the server's log when it did not start.
+    pub fn try_start() -> Result<Self, String> {
+        let bin = bin_dir().map_err(|searched| format!("{INSTALL_HINT} (searched {searched})"))?;
         let runner = Runner::new();
-        let dir = scratch_dir();
-        runner.give(&dir);
+        let dir = scratch_dir()?;
+        let started = Self::start_in(&bin, &runner, &dir);
+        if started.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        started
+    }
+
+    /// Runs `initdb` in `dir`, starts the watchdog and waits until the server is ready.
+    fn start_in(bin: &Path, runner: &Runner, dir: &Path) -> Result<Self, String> {
+        runner.give(dir)?;
         let data = dir.join("data");
         let mut initdb = runner.command(&bin.join("initdb"));
         initdb.arg("-D").arg(&data).args(["-U", USER, "-A", "trust", "-E", "UTF8"]);
         initdb.args(["--locale=C", "--no-sync"]);
-        let out = initdb.output().unwrap_or_else(|e| panic!("cannot run initdb: {e}"));
-        assert!(
-            out.status.success(),
-            "initdb failed ({}):\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let port = free_port();
+        let out = initdb.output().map_err(|e| format!("cannot run initdb: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "initdb failed ({}):\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let port = free_port()?;
         let mut watchdog = runner.command(Path::new("sh"));
         watchdog
             .arg("-c")
             .arg(WATCHDOG)
             .arg("watchdog")
-            .arg(&bin)
+            .arg(bin)
             .arg(&data)
             .arg(port.to_string())
-            .arg(&dir)
+            .arg(dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let mut child = watchdog.spawn().unwrap_or_else(|e| panic!("cannot start postgres: {e}"));
-        let Some(stdin) = child.stdin.take() else { panic!("the watchdog has no standard input") };
-        let server = Self { port, dir, watchdog: Mutex::new(Some((child, stdin))) };
-        server.wait_until_ready(&bin);
-        server
+        let mut child = watchdog.spawn().map_err(|e| format!("cannot start postgres: {e}"))?;
+        let Some(stdin) = child.stdin.take() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("the watchdog has no standard input".to_owned());
+        };
+        let server = Self { port, dir: dir.to_owned(), watchdog: Mutex::new(Some((child, stdin))) };
+        server.wait_until_ready(bin)?;
+        Ok(server)
     }
 
     /// One server for the whole test process, started on first use and stopped when the
@@ -115,7 +137,21 @@ impl PostgresServer {
         }
     }
 
-    fn wait_until_ready(&self, bin: &Path) {
+    /// The directory of the server's data, socket and log (`postgres.log`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether the server (its watchdog) has exited or been stopped.
+    pub fn exited(&self) -> bool {
+        self.watchdog
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+            .is_none_or(|(child, _)| !matches!(child.try_wait(), Ok(None)))
+    }
+
+    fn wait_until_ready(&self, bin: &Path) -> Result<(), String> {
         let started = Instant::now();
         loop {
             let ready = Command::new(bin.join("pg_isready"))
@@ -123,21 +159,18 @@ impl PostgresServer {
                 .status()
                 .is_ok_and(|status| status.success());
             if ready {
-                return;
+                return Ok(());
             }
-            let exited = self
-                .watchdog
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .as_mut()
-                .is_some_and(|(child, _)| matches!(child.try_wait(), Ok(Some(_))));
-            if exited || started.elapsed() > Duration::from_secs(60) {
+            if self.exited() || started.elapsed() > Duration::from_secs(60) {
                 let mut log = String::new();
                 if let Ok(mut file) = std::fs::File::open(self.dir.join("postgres.log")) {
                     let _ = file.read_to_string(&mut log);
                 }
                 self.stop();
-                panic!("postgres did not start on port {}; its log:\n{log}", self.port);
+                return Err(format!(
+                    "postgres did not start on port {}; its log:\n{log}",
+                    self.port
+                ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -212,7 +245,7 @@ fn newest_version_bin(root: &Path, holds: impl Fn(&Path) -> bool) -> Option<Path
         .map(|(_, bin)| bin)
 }
 
-fn scratch_dir() -> PathBuf {
+fn scratch_dir() -> Result<PathBuf, String> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
         "ironbus-postgres-{}-{}",
@@ -220,16 +253,15 @@ fn scratch_dir() -> PathBuf {
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)
-        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
-    dir
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    Ok(dir)
 }
 
-fn free_port() -> u16 {
+fn free_port() -> Result<u16, String> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
-        .unwrap_or_else(|e| panic!("cannot find a free port: {e}"))
+        .map_err(|e| format!("cannot find a free port: {e}"))
 }
 
 /// How the server's commands run: as this user, or as root as `nobody`.
@@ -256,11 +288,12 @@ impl Runner {
     }
 
     /// Hands `dir` to the user the server runs as.
-    fn give(&self, dir: &Path) {
+    fn give(&self, dir: &Path) -> Result<(), String> {
         if let Runner::Nobody { uid, gid } = self {
             std::os::unix::fs::chown(dir, Some(*uid), Some(*gid))
-                .unwrap_or_else(|e| panic!("cannot hand {} to nobody: {e}", dir.display()));
+                .map_err(|e| format!("cannot hand {} to nobody: {e}", dir.display()))?;
         }
+        Ok(())
     }
 
     /// `program`, run as the server's user from `/` (which that user can enter).
@@ -299,7 +332,7 @@ mod tests {
 
     #[test]
     fn the_newest_numbered_version_with_both_programs_is_chosen() {
-        let root = scratch_dir();
+        let root = scratch_dir().unwrap();
         for version in ["9", "15", "16", "latest"] {
             std::fs::create_dir_all(root.join(version).join("bin")).unwrap();
         }

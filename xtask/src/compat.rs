@@ -1,5 +1,6 @@
-//! `cargo xtask compat [python|js|rust|all|config] [-- ARGS]`: the SDK compatibility suites
-//! against a real `ironbus` process.
+//! `cargo xtask compat [python|js|rust|all|config] [--store rocksdb|postgres] [-- ARGS]`: the
+//! SDK compatibility suites against a real `ironbus` process, on RocksDB (the default) or on a
+//! throwaway PostgreSQL that the task starts and removes ([`crate::postgres`]).
 //!
 //! Suites: `python` (official `azure-servicebus`, pytest), `js` (official `@azure/service-bus`,
 //! node's test runner), `rust` (the unofficial `azservicebus` crate, `compat/rust`, its own cargo
@@ -42,7 +43,11 @@ use std::{
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Map, Value};
 
+use crate::postgres::{self, StoreKind};
 use crate::workspace_root;
+
+/// The stores the suites run the server on.
+const STORES: [StoreKind; 2] = [StoreKind::Rocksdb, StoreKind::Postgres];
 
 /// The namespace the suites' connection string points at (the emulator's default name).
 pub(crate) const NAMESPACE: &str = "sbemulatorns";
@@ -186,7 +191,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         Some(dashes) => (&args[..dashes], &args[dashes + 1..]),
         None => (args, &[][..]),
     };
-    let suites: Vec<&Suite> = match selection {
+    let (store, selection) = postgres::take_store_flag(selection, StoreKind::Rocksdb, &STORES)?;
+    let suites: Vec<&Suite> = match selection.as_slice() {
         [] => SUITES.iter().filter(|suite| suite.in_all).collect(),
         [one] if one == "all" => SUITES.iter().filter(|suite| suite.in_all).collect(),
         [one] if one == "config" => {
@@ -238,6 +244,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let https = SocketAddr::from((Ipv4Addr::LOCALHOST, https));
     let amqps = SocketAddr::from((Ipv4Addr::LOCALHOST, amqps));
     let data_dir = work.path.join("data");
+    let database = postgres::start_for(store)?;
 
     let mut command = Command::new(&binary);
     command
@@ -256,7 +263,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         .arg("--testing-fault-injection")
         .arg("--config")
         .arg(&config)
-        .args(["--store", "rocksdb"]);
+        .args(postgres::server_args(store, database.as_ref())?);
     let mut server = Server::start(command, &log)?;
     for listening in [addr, http, https, amqps] {
         server.wait_until_listening(listening, READY_TIMEOUT)?;
@@ -290,10 +297,11 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         failed.push("server");
     }
     server.stop();
+    drop(database);
 
     if failed.is_empty() {
         work.remove();
-        eprintln!("xtask: compat passed ({})", names(&suites));
+        eprintln!("xtask: compat passed ({}; store {})", names(&suites), store.name());
         return Ok(());
     }
     eprintln!("{}", log_tail(&log, LOG_TAIL_LINES));

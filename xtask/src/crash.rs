@@ -1,5 +1,6 @@
 //! `cargo xtask crash [--cycles N] [--producers P] [--consumers C] [--seed S]
-//! [--store rocksdb|memory] [--timeout SECONDS] [-- DRIVER-ARGS]`: the crash test (issue 4).
+//! [--store rocksdb|postgres|memory] [--scenario queue|forward|transaction]
+//! [--timeout SECONDS] [-- DRIVER-ARGS]`: the crash test (issue 4).
 //!
 //! Steps: build `ironbus` and the driver `ironbus-crash` (release); write a config with one
 //! partitioned queue `crash` with duplicate detection; start the server on a free port with a
@@ -9,6 +10,11 @@
 //! to stop (a `stop` line on its stdin): it finishes its unacknowledged sends, drains the queue
 //! and prints its verdict, which this task prints as `N cycles, M acknowledged, L lost, D
 //! duplicated` plus the JSON.
+//!
+//! `--store postgres` (issue 26) first starts a throwaway PostgreSQL ([`crate::postgres`]) and
+//! runs every incarnation of the server on its database (`--postgres-url`): only ironbus is
+//! killed, the database runs from the first start to the verdict (checked after each restart)
+//! and is stopped and removed at the end, whatever the outcome.
 //!
 //! `--scenario forward` (issue 14) runs the same test across a forwarding chain of three queues:
 //! producers send to `crash` (partitioned, duplicate detection), whose ForwardTo is `crash-mid`
@@ -29,8 +35,8 @@
 //! of building `ironbus` and `ironbus-crash` (a build made elsewhere, a stand-in).
 //!
 //! Invariants:
-//! - Neither the server nor the driver outlives the task ([`Server`] and [`Driver`] stop their
-//!   processes when dropped).
+//! - Neither the server, the driver nor the database outlives the task ([`Server`], [`Driver`]
+//!   and [`postgres::Database`] stop their processes when dropped).
 //! - The same seed gives the same kill schedule.
 
 use std::{
@@ -47,6 +53,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use crate::compat::{self, Server, WorkDir, LOG_TAIL_LINES, NAMESPACE, SAS_KEY};
+use crate::postgres::{self, StoreKind};
 
 /// The queue the driver works on (sends to, in the forward scenario).
 const QUEUE: &str = "crash";
@@ -62,13 +69,17 @@ const KILL_AFTER_MS: (u64, u64) = (500, 3000);
 /// How long the server may take to accept connections after a (re)start (recovery included).
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The stores the crash test runs the server on.
+const STORES: [StoreKind; 3] = [StoreKind::Rocksdb, StoreKind::Postgres, StoreKind::Memory];
+
 /// Names an executable to run as the server instead of building `ironbus`.
 const SERVER_ENV: &str = "IRONBUS_CRASH_SERVER";
 /// Names an executable to run as the driver instead of building `ironbus-crash`.
 const DRIVER_ENV: &str = "IRONBUS_CRASH_DRIVER";
 
 const USAGE: &str = "usage: cargo xtask crash [--cycles N] [--producers P] [--consumers C] \
-                     [--seed S] [--store rocksdb|memory] [--scenario queue|forward] \
+                     [--seed S] [--store rocksdb|postgres|memory] \
+                     [--scenario queue|forward|transaction] \
                      [--timeout SECONDS] [-- DRIVER-ARGS]";
 
 /// The command line.
@@ -78,7 +89,7 @@ struct Options {
     producers: u32,
     consumers: u32,
     seed: Option<u64>,
-    store: String,
+    store: StoreKind,
     /// `queue` (one queue) or `forward` (a chain of three).
     scenario: String,
     timeout: Duration,
@@ -93,7 +104,7 @@ impl Default for Options {
             producers: 4,
             consumers: 4,
             seed: None,
-            store: "rocksdb".to_owned(),
+            store: StoreKind::Rocksdb,
             scenario: "queue".to_owned(),
             timeout: Duration::from_secs(600),
             driver_args: Vec::new(),
@@ -125,13 +136,7 @@ fn parse(args: &[String]) -> Result<Options> {
             "--consumers" => options.consumers = number(flag, &value()?, 1)?,
             "--seed" => options.seed = Some(number(flag, &value()?, 0)?),
             "--timeout" => options.timeout = Duration::from_secs(number(flag, &value()?, 1)?),
-            "--store" => {
-                let store = value()?;
-                if store != "rocksdb" && store != "memory" {
-                    bail!("--store must be rocksdb or memory, got `{store}`");
-                }
-                options.store = store;
-            }
+            "--store" => options.store = StoreKind::parse(&value()?, &STORES)?,
             "--scenario" => {
                 let scenario = value()?;
                 if !["queue", "forward", "transaction"].contains(&scenario.as_str()) {
@@ -174,6 +179,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         .context("encoding the config")?;
     fs::write(&config, text + "\n").with_context(|| format!("writing {}", config.display()))?;
     let data = work.path.join("data");
+    // Before the first server, after the work directory: dropped (stopped) after the server.
+    let database = postgres::start_for(options.store)?;
+    let store_args = postgres::server_args(options.store, database.as_ref())?;
     let port = compat::free_port()?;
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let server_command = || {
@@ -182,7 +190,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             .arg("--amqp-addr")
             .arg(addr.to_string())
             .args(["--amqps-addr", "off"])
-            .args(["--store", &options.store])
+            .args(&store_args)
             .arg("--data-dir")
             .arg(&data)
             .arg("--config")
@@ -217,6 +225,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             server
                 .wait_until_listening(addr, ready)
                 .with_context(|| format!("cycle {cycle}: restarting the server"))?;
+            if let Some(database) = &database {
+                database.check_running().with_context(|| format!("cycle {cycle}"))?;
+            }
             let down = killed_at.elapsed();
             downtimes.push(down);
             eprintln!(
@@ -263,7 +274,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     eprintln!(
         "xtask: crash test took {:.1} s (seed {seed}, store {}, scenario {}, longest restart {:.2} s)",
         started.elapsed().as_secs_f64(),
-        options.store,
+        options.store.name(),
         options.scenario,
         longest_down.as_secs_f64()
     );
@@ -532,7 +543,7 @@ mod tests {
         let options = parse(&[]).unwrap();
         assert_eq!(options, Options::default());
         assert_eq!((options.cycles, options.producers, options.consumers), (20, 4, 4));
-        assert_eq!(options.store, "rocksdb");
+        assert_eq!(options.store, StoreKind::Rocksdb);
     }
 
     #[test]
@@ -542,7 +553,8 @@ mod tests {
         ))
         .unwrap();
         assert_eq!((options.cycles, options.producers, options.consumers), (3, 2, 1));
-        assert_eq!((options.seed, options.store.as_str()), (Some(42), "memory"));
+        assert_eq!((options.seed, options.store), (Some(42), StoreKind::Memory));
+        assert_eq!(parse(&args("--store=postgres")).unwrap().store, StoreKind::Postgres);
         assert_eq!(options.driver_args, ["--verbose"]);
     }
 

@@ -10,7 +10,7 @@
 //! - Every command is echoed to stderr before it runs; a failing task names the failed step.
 //!
 //! Tasks: `ci` (fmt check, clippy `-D warnings`, every test), `compat` (the SDK suites against
-//! a fresh server), `bench` (the benchmarks of `bench/` and the core), `crash` (SIGKILL the
+//! a fresh server, on RocksDB or a throwaway PostgreSQL: `postgres`), `bench` (the benchmarks of `bench/` and the core), `crash` (SIGKILL the
 //! server under load, then check that nothing acknowledged was lost or duplicated), `fuzz`
 //! (the cargo-fuzz targets of `fuzz/`); `cargo xtask help` lists their arguments.
 //!
@@ -26,6 +26,7 @@ mod compat;
 mod crash;
 mod fuzz;
 mod native;
+mod postgres;
 #[cfg(test)]
 mod tidy;
 
@@ -76,15 +77,21 @@ tasks:
     bench renew         the sync Python SDK renewing 300 message locks from 1, 2 and 5 threads
                         of one receiver (the AutoLockRenewer's load), ironbus revisions in
                         alternating rounds; env REVS, THREADS, MESSAGES, ROUNDS, OUT
-    compat [SUITE] [-- ARGS]
+    compat [SUITE] [--store rocksdb|postgres] [-- ARGS]
                         run the SDK compatibility suites (python, js, rust; default all) against a
                         fresh ironbus; ARGS go to the suite's runner; `compat config` prints
                         the generated entity config; `compat mssuite` (never in all) runs
-                        Microsoft's own azure-servicebus test suite (compat/mssuite)
-    crash [--cycles N] [--producers P] [--consumers C] [--seed S] [--store rocksdb|memory]
+                        Microsoft's own azure-servicebus test suite (compat/mssuite).
+                        --store postgres (default rocksdb): the server runs on a throwaway
+                        PostgreSQL the task starts (as nobody when root; Debian's postgresql,
+                        installed if missing, or IRONBUS_POSTGRES_BIN) and removes at the end
+    crash [--cycles N] [--producers P] [--consumers C] [--seed S]
+          [--store rocksdb|postgres|memory] [--scenario queue|forward|transaction]
           [--timeout SECONDS] [-- DRIVER-ARGS]
                         the crash test: SIGKILL and restart the server N times (default 20)
-                        under load, then check that nothing acknowledged was lost or duplicated
+                        under load, then check that nothing acknowledged was lost or duplicated;
+                        --store postgres runs every restart on one throwaway PostgreSQL (as for
+                        compat), which is never killed and is removed at the end
     fuzz list           list the fuzz targets (fuzz/, cargo-fuzz + libFuzzer; fuzz/README.md)
     fuzz TARGET...|all [--seconds N] [--runs N]
                         build the fuzz targets (installing cargo-fuzz if missing) and run each

@@ -1,0 +1,186 @@
+//! The database of `cargo xtask compat|crash --store postgres`: a throwaway PostgreSQL, started
+//! before the first server and stopped, its directory removed, when the task ends (on every
+//! path: [`Database`]'s `Drop`, and the harness's watchdog when xtask itself dies).
+//!
+//! The harness is the PostgreSQL store's own (`store-postgres/src/testing.rs`), compiled into
+//! xtask as a module: `initdb` and `postgres` from Debian's `postgresql` package (installed first
+//! where missing, as `cargo xtask ci` does) in a temporary directory, run as `nobody` when xtask
+//! runs as root, on a free port of 127.0.0.1. The file uses `std` alone, so xtask gains no
+//! dependency.
+//!
+//! Invariant: only ironbus is ever killed; the database outlives every server of the task (the
+//! crash test checks after each restart that it still runs).
+
+use anyhow::{anyhow, bail, Context, Result};
+
+#[allow(dead_code, unreachable_pub, reason = "the tests' harness: its public items are for them")]
+#[path = "../../store-postgres/src/testing.rs"]
+mod harness;
+
+/// Which store the server under test runs on: `--store rocksdb|postgres` of `compat` and
+/// `crash` (`crash` also takes `memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StoreKind {
+    Rocksdb,
+    Postgres,
+    Memory,
+}
+
+impl StoreKind {
+    /// Parses `--store`'s value, refusing what `task` does not offer.
+    pub(crate) fn parse(text: &str, offered: &[StoreKind]) -> Result<StoreKind> {
+        let kind = match text {
+            "rocksdb" => Some(StoreKind::Rocksdb),
+            "postgres" => Some(StoreKind::Postgres),
+            "memory" => Some(StoreKind::Memory),
+            _ => None,
+        };
+        match kind {
+            Some(kind) if offered.contains(&kind) => Ok(kind),
+            _ => {
+                let names: Vec<&str> = offered.iter().map(|kind| kind.name()).collect();
+                let names = match names.split_last() {
+                    Some((last, [])) => (*last).to_owned(),
+                    Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+                    None => "nothing".to_owned(),
+                };
+                bail!("--store must be {names}, got `{text}`")
+            }
+        }
+    }
+
+    /// The value of the server's `--store`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            StoreKind::Rocksdb => "rocksdb",
+            StoreKind::Postgres => "postgres",
+            StoreKind::Memory => "memory",
+        }
+    }
+}
+
+/// Takes `--store KIND` (or `--store=KIND`) out of `args`: the store (`default` without the
+/// flag) and the other arguments, in order.
+pub(crate) fn take_store_flag(
+    args: &[String],
+    default: StoreKind,
+    offered: &[StoreKind],
+) -> Result<(StoreKind, Vec<String>)> {
+    let mut store = default;
+    let mut rest = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if let Some(value) = arg.strip_prefix("--store=") {
+            store = StoreKind::parse(value, offered)?;
+        } else if arg == "--store" {
+            let value = args.next().context("--store needs a value")?;
+            store = StoreKind::parse(value, offered)?;
+        } else {
+            rest.push(arg.clone());
+        }
+    }
+    Ok((store, rest))
+}
+
+/// A running throwaway PostgreSQL; stopped and removed when dropped.
+#[derive(Debug)]
+pub(crate) struct Database {
+    server: harness::PostgresServer,
+}
+
+impl Database {
+    /// Finds (or installs) PostgreSQL and starts a server of its own.
+    pub(crate) fn start() -> Result<Database> {
+        crate::native::ensure_postgres()?;
+        eprintln!("xtask: starting a throwaway PostgreSQL for --store postgres");
+        let server = harness::PostgresServer::try_start()
+            .map_err(|message| anyhow!("starting PostgreSQL: {message}"))?;
+        eprintln!(
+            "xtask: PostgreSQL listening on 127.0.0.1:{} (directory {})",
+            server.port(),
+            server.dir().display()
+        );
+        Ok(Database { server })
+    }
+
+    /// The server's `--postgres-url`: the harness's database and superuser, as a URL (no spaces,
+    /// so the echoed server command can be pasted into a shell).
+    pub(crate) fn url(&self) -> String {
+        format!("postgresql://{}@127.0.0.1:{}/postgres", harness::USER, self.server.port())
+    }
+
+    /// Fails when the database is no longer running.
+    pub(crate) fn check_running(&self) -> Result<()> {
+        if self.server.exited() {
+            bail!(
+                "PostgreSQL exited (its log was {})",
+                self.server.dir().join("postgres.log").display()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Starts the database `kind` needs: PostgreSQL's, or none.
+pub(crate) fn start_for(kind: StoreKind) -> Result<Option<Database>> {
+    match kind {
+        StoreKind::Postgres => Database::start().map(Some),
+        StoreKind::Rocksdb | StoreKind::Memory => Ok(None),
+    }
+}
+
+/// The server arguments that select the store: `--store <kind>`, and for PostgreSQL
+/// `--postgres-url` of `database`.
+pub(crate) fn server_args(kind: StoreKind, database: Option<&Database>) -> Result<Vec<String>> {
+    let mut args = vec!["--store".to_owned(), kind.name().to_owned()];
+    match (kind, database) {
+        (StoreKind::Postgres, Some(database)) => {
+            args.extend(["--postgres-url".to_owned(), database.url()]);
+        }
+        (StoreKind::Postgres, None) => bail!("--store postgres without a database"),
+        _ => {}
+    }
+    Ok(args)
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        eprintln!("xtask: stopping PostgreSQL");
+        self.server.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_kinds_are_refused_where_not_offered() {
+        let both = [StoreKind::Rocksdb, StoreKind::Postgres];
+        assert_eq!(StoreKind::parse("postgres", &both).unwrap(), StoreKind::Postgres);
+        let refused = StoreKind::parse("memory", &both).unwrap_err().to_string();
+        assert_eq!(refused, "--store must be rocksdb or postgres, got `memory`");
+        let all = [StoreKind::Rocksdb, StoreKind::Postgres, StoreKind::Memory];
+        let refused = StoreKind::parse("ram", &all).unwrap_err().to_string();
+        assert_eq!(refused, "--store must be rocksdb, postgres or memory, got `ram`");
+    }
+
+    #[test]
+    fn the_store_flag_is_taken_out_of_the_arguments() {
+        let args = |text: &str| text.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        let offered = [StoreKind::Rocksdb, StoreKind::Postgres];
+        let take = |text: &str| take_store_flag(&args(text), StoreKind::Rocksdb, &offered);
+        assert_eq!(take("python").unwrap(), (StoreKind::Rocksdb, args("python")));
+        assert_eq!(take("python --store postgres").unwrap(), (StoreKind::Postgres, args("python")));
+        assert_eq!(take("--store=postgres").unwrap(), (StoreKind::Postgres, vec![]));
+        assert!(take("python --store").is_err());
+        assert!(take("--store memory").is_err());
+    }
+
+    #[test]
+    fn only_postgres_gets_a_url() {
+        let args = server_args(StoreKind::Rocksdb, None).unwrap();
+        assert_eq!(args, ["--store", "rocksdb"]);
+        assert!(server_args(StoreKind::Postgres, None).is_err());
+    }
+}
