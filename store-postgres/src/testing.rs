@@ -232,7 +232,7 @@ pub fn bin_dir() -> Result<PathBuf, String> {
 }
 
 /// `<root>/<version>/bin` of the highest numeric version whose `bin` satisfies `holds`.
-fn newest_version_bin(root: &Path, holds: impl Fn(&Path) -> bool) -> Option<PathBuf> {
+pub fn newest_version_bin(root: &Path, holds: impl Fn(&Path) -> bool) -> Option<PathBuf> {
     let entries = std::fs::read_dir(root).ok()?;
     entries
         .flatten()

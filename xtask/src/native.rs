@@ -28,9 +28,6 @@ const PACKAGES: &[&str] = &["g++", "libclang-dev"];
 /// The Debian package of the PostgreSQL server the tests start.
 const POSTGRES_PACKAGES: &[&str] = &["postgresql"];
 
-/// Where the PostgreSQL store's test harness looks for `initdb` and `postgres` first.
-const POSTGRES_BIN_ENV: &str = "IRONBUS_POSTGRES_BIN";
-
 /// Finds the C++ compiler and libclang, installing them with `apt-get` where that is possible.
 pub(crate) fn ensure() -> Result<()> {
     let or_else = "or set LIBCLANG_PATH to the directory holding libclang.so";
@@ -41,7 +38,7 @@ pub(crate) fn ensure() -> Result<()> {
 pub(crate) fn ensure_postgres() -> Result<()> {
     let or_else = "or set IRONBUS_POSTGRES_BIN to the directory holding initdb and postgres";
     install_if_missing("the PostgreSQL store's test harness", POSTGRES_PACKAGES, or_else, || {
-        if find_postgres(Path::new("/usr/lib/postgresql")).is_some() {
+        if crate::postgres::bin_dir().is_ok() {
             Vec::new()
         } else {
             vec!["a PostgreSQL server (initdb and postgres)"]
@@ -98,28 +95,6 @@ fn install_if_missing(
         );
     }
     Ok(())
-}
-
-/// The directory of `initdb` and `postgres`: `IRONBUS_POSTGRES_BIN` when it holds both, else
-/// `<root>/<version>/bin` of the newest version that does (Debian's layout under
-/// `/usr/lib/postgresql`), as the test harness searches.
-fn find_postgres(root: &Path) -> Option<PathBuf> {
-    let holds = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
-    if let Some(dir) = env::var_os(POSTGRES_BIN_ENV).map(PathBuf::from) {
-        if holds(&dir) {
-            return Some(dir);
-        }
-    }
-    std::fs::read_dir(root)
-        .ok()?
-        .flatten()
-        .filter_map(|entry| {
-            let version: u32 = entry.file_name().to_str()?.parse().ok()?;
-            let bin = entry.path().join("bin");
-            holds(&bin).then_some((version, bin))
-        })
-        .max_by_key(|(version, _)| *version)
-        .map(|(_, bin)| bin)
 }
 
 /// What the native build needs and this machine lacks, in words.
@@ -214,28 +189,5 @@ mod tests {
         std::fs::write(dir.join("libclang.so"), b"").unwrap();
         assert!(holds_libclang(&dir), "the plain name");
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn postgres_is_found_in_the_newest_complete_version_directory() {
-        if env::var_os(POSTGRES_BIN_ENV).is_some() {
-            return; // the variable wins over any directory
-        }
-        let root = env::temp_dir().join(format!("xtask-postgres-{}", std::process::id()));
-        let bin = |version: &str| root.join(version).join("bin");
-        for (version, programs) in [
-            ("13", &["initdb", "postgres"][..]),
-            ("15", &["initdb", "postgres"]),
-            ("16", &["psql"]),
-        ] {
-            std::fs::create_dir_all(bin(version)).unwrap();
-            for program in programs {
-                std::fs::write(bin(version).join(program), b"").unwrap();
-            }
-        }
-        std::fs::create_dir_all(bin("latest")).unwrap();
-        assert_eq!(find_postgres(&root), Some(bin("15")), "16 has no server, `latest` no number");
-        std::fs::remove_dir_all(&root).unwrap();
-        assert_eq!(find_postgres(&root), None);
     }
 }

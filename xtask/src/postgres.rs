@@ -17,6 +17,11 @@ use anyhow::{anyhow, bail, Context, Result};
 #[path = "../../store-postgres/src/testing.rs"]
 mod harness;
 
+/// Where PostgreSQL's `initdb` and `postgres` are, searched as the store's test harness does.
+pub(crate) fn bin_dir() -> std::result::Result<std::path::PathBuf, String> {
+    harness::bin_dir()
+}
+
 /// Which store the server under test runs on: `--store rocksdb|postgres` of `compat` and
 /// `crash` (`crash` also takes `memory`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +180,32 @@ mod tests {
         assert_eq!(take("--store=postgres").unwrap(), (StoreKind::Postgres, vec![]));
         assert!(take("python --store").is_err());
         assert!(take("--store memory").is_err());
+    }
+
+    #[test]
+    fn postgres_is_found_in_the_newest_complete_version_directory() {
+        let root = std::env::temp_dir().join(format!("xtask-postgres-{}", std::process::id()));
+        let bin = |version: &str| root.join(version).join("bin");
+        for (version, programs) in [
+            ("13", &["initdb", "postgres"][..]),
+            ("15", &["initdb", "postgres"]),
+            ("16", &["psql"]),
+        ] {
+            std::fs::create_dir_all(bin(version)).unwrap();
+            for program in programs {
+                std::fs::write(bin(version).join(program), b"").unwrap();
+            }
+        }
+        std::fs::create_dir_all(bin("latest")).unwrap();
+        let holds =
+            |dir: &std::path::Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
+        assert_eq!(
+            harness::newest_version_bin(&root, holds),
+            Some(bin("15")),
+            "16 has no server, `latest` no number"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(harness::newest_version_bin(&root, holds), None);
     }
 
     #[test]
