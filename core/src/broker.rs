@@ -122,6 +122,11 @@ pub struct BrokerOptions {
     /// with the subscription's path) are recorded: one series per subscription, up to 2,000
     /// per topic. Default off: they are not recorded at all.
     pub metrics_entity_labels: bool,
+    /// The cluster's hook (`CLUSTER.md` §2): when set, every partition this broker starts runs
+    /// fenced with this token — it claims the partition's fence ([`crate::fence`]) before it
+    /// loads, guards each write with it, and stops for good once another owner claims a
+    /// greater token. Tokens must grow with each claim. Default `None`: unfenced (one node).
+    pub fence_token: Option<u64>,
 }
 
 impl Default for BrokerOptions {
@@ -130,6 +135,7 @@ impl Default for BrokerOptions {
             limits: NamespaceLimits::default(),
             body_cache_bytes: 64 << 20,
             metrics_entity_labels: false,
+            fence_token: None,
         }
     }
 }
@@ -142,6 +148,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     limits: NamespaceLimits,
     metrics_entity_labels: bool,
+    fence_token: Option<u64>,
     entities: RwLock<HashMap<String, Arc<EntityHandle>>>,
     /// Serializes management operations (create, update, delete).
     management: tokio::sync::Mutex<()>,
@@ -211,6 +218,7 @@ impl Broker {
             clock,
             limits: options.limits,
             metrics_entity_labels: options.metrics_entity_labels,
+            fence_token: options.fence_token,
             entities: RwLock::new(HashMap::new()),
             management: tokio::sync::Mutex::new(()),
             next_entity_id: AtomicU64::new(next_entity_id),
@@ -366,6 +374,7 @@ impl Broker {
                         cache: self.inner.cache.clone(),
                         metrics_entity_labels: self.inner.metrics_entity_labels,
                         topic,
+                        fence_token: self.inner.fence_token,
                     })
                 })
                 .collect()

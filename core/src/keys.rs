@@ -17,6 +17,7 @@
 //!                                                 (a version byte; see `partition/transfer.rs`)
 //! p <entity id u64> <partition u16> u <dedup key> duplicate-detection entry (expiry)
 //! p <entity id u64> <partition u16> x <session id>  session state (updated-at, state bytes)
+//! p <entity id u64> <partition u16> o     fence: the owner's token (u64 big-endian; `fence.rs`)
 //! ```
 //!
 //! A session's state lives in the partition its SessionId routes to, under the entity (or
@@ -31,7 +32,8 @@
 //! entity the prefix [`entity_prefix`], so deleting either is one range delete. A message has
 //! exactly one meta record (in one sub-queue) exactly as long as it has a body record; bodies
 //! sort by sequence number, so the head of a backlog is one contiguous range. Entity ids are
-//! never reused, so a queue deleted and created again never sees the old one's records.
+//! never reused, so a queue deleted and created again never sees the old one's records. A
+//! rebuild scans each tag's prefix, never the whole partition, so it never reads the fence.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -48,6 +50,7 @@ const DEDUP: u8 = b'u';
 const BODY: u8 = b'b';
 const SESSION: u8 = b'x';
 const TRANSFER_LEDGER: u8 = b'f';
+const FENCE: u8 = b'o';
 
 /// Identifies an entity in the store; assigned at creation, never reused.
 pub type EntityId = u64;
@@ -173,6 +176,11 @@ pub fn transfer_record(
     k.freeze()
 }
 
+/// The key of a partition's fence record (see `fence.rs`), under the partition's prefix.
+pub fn fence(id: EntityId, partition: PartitionId) -> Bytes {
+    partition_key(id, partition, FENCE, 0).freeze()
+}
+
 pub fn transfer_records_prefix(id: EntityId, partition: PartitionId) -> Bytes {
     partition_key(id, partition, TRANSFER_LEDGER, 0).freeze()
 }
@@ -235,5 +243,43 @@ mod tests {
             transfer_of(&transfer_record(9, PartitionId(3), 4, SequenceNumber(5))),
             Some((4, SequenceNumber(5)))
         );
+    }
+
+    #[test]
+    fn the_fence_is_one_key_of_its_partition_and_under_no_records_prefix() {
+        let (id, p) = (9, PartitionId(3));
+        let fence = fence(id, p);
+        assert!(fence.starts_with(&partition_prefix(id, p)));
+        assert!(!fence.starts_with(&partition_prefix(id, PartitionId(4))));
+        assert!(!fence.starts_with(&partition_prefix(10, p)));
+        assert_eq!(fence.len(), partition_prefix(id, p).len() + 1, "no suffix");
+        let prefixes = [
+            partition_key(id, p, BODY, 0).freeze(),
+            dedup_prefix(id, p),
+            sessions_prefix(id, p),
+            transfer_records_prefix(id, p),
+            partition_record(id, p),
+        ];
+        let queues = [
+            SubQueue::Main,
+            SubQueue::DeadLetter,
+            SubQueue::Transfer,
+            SubQueue::TransferDeadLetter,
+            SubQueue::SendVia,
+        ];
+        let prefixes = prefixes.into_iter().chain(queues.map(|q| messages_prefix(id, p, q)));
+        for prefix in prefixes {
+            assert_ne!(fence, prefix);
+            assert!(!fence.starts_with(&prefix) && !prefix.starts_with(&fence), "{prefix:?}");
+        }
+        let records = [
+            body(id, p, SequenceNumber(1)),
+            message(id, p, SubQueue::Main, SequenceNumber(1)),
+            dedup(id, p, &DedupKey("o".into())),
+            session(id, p, "o"),
+        ];
+        for record in records {
+            assert!(!record.starts_with(&fence), "{record:?}");
+        }
     }
 }

@@ -76,6 +76,7 @@ pub mod dedup;
 pub mod description;
 pub mod entity;
 pub mod error;
+pub mod fence;
 pub mod filter;
 #[cfg_attr(
     not(feature = "testing"),

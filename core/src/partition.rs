@@ -45,6 +45,11 @@
 //! its state is rebuilt from the store before it serves again (the same path that loads it at
 //! start-up). Locks are memory only: a rebuild releases them, as a restart does.
 //!
+//! **Architecture Invariant:** a fenced partition (`PartitionContext::fence_token`, see
+//! `fence.rs`) claims its fence before its first rebuild and guards every write with its token;
+//! a `Conflict` stops it for good (every command answered `PartitionUnavailable`, no rebuild:
+//! the partition has moved). An unfenced one writes neither fence nor guard.
+//!
 //! **Architecture Invariant:** memory holds an index, not the messages: per message a small
 //! entry (times, counts, state). A body is kept only while the broker-wide [`BodyCache`]
 //! has room; deliveries, peeks and deferred receives read missing bodies from the store before
@@ -111,10 +116,11 @@ pub(crate) use self::transfer::TransferId;
 use crate::clock::Clock;
 use crate::description::QueueDescription;
 use crate::error::{BrokerError, Result};
+use crate::fence::Fence;
 use crate::keys::EntityId;
 use crate::metrics as m;
 use crate::rules::RuleSet;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoreErrorKind, WriteLimits};
 use crate::types::{PartitionId, SequenceNumber, SubQueue, Timestamp};
 
 /// The most commands one cycle takes.
@@ -280,6 +286,8 @@ pub(crate) struct PartitionContext {
     /// For a topic: its subscriptions' lanes when the partition starts (their records are
     /// recovered with the topic's), and whether unmatched messages are refused.
     pub(crate) topic: Option<(Vec<Lane>, bool)>,
+    /// The owner's token when the partition runs fenced (`BrokerOptions::fence_token`).
+    pub(crate) fence_token: Option<u64>,
 }
 
 /// Starts the actor of one partition on the current tokio runtime.
@@ -311,6 +319,10 @@ struct Partition {
     needs_rebuild: bool,
     /// How much of the store's write limits a cycle may fill (see `budget.rs`).
     budget: Budget,
+    /// When fenced: the fence, this owner's token, and whether it has claimed the fence.
+    fence: Option<(Fence, u64, bool)>,
+    /// A fenced claim or write met `Conflict`: the partition has moved, for good.
+    deposed: bool,
 }
 
 impl fmt::Debug for Partition {
@@ -337,8 +349,15 @@ impl Partition {
             }
             topic
         });
-        let budget = Budget::new(cx.store.limits());
-        Partition { cx, shared, state, topic, needs_rebuild: true, budget }
+        let fence = cx.fence_token.map(|t| (Fence::new(cx.entity_id, cx.partition), t, false));
+        let mut limits = cx.store.limits();
+        if let (Some((fence, ..)), true) = (&fence, limits != WriteLimits::UNLIMITED) {
+            // Room for the guard every write carries.
+            limits.max_ops = limits.max_ops.saturating_sub(1);
+            limits.max_bytes = limits.max_bytes.saturating_sub(fence.guard_bytes());
+        }
+        let budget = Budget::new(limits);
+        Partition { cx, shared, state, topic, needs_rebuild: true, budget, fence, deposed: false }
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<(LaneId, Command)>) {
@@ -401,17 +420,12 @@ impl Partition {
                 lane.shared.nudge_pending.store(false, Ordering::Release);
             }
         }
-        if self.needs_rebuild {
+        if self.needs_rebuild && !self.deposed {
             if let Err(e) = self.rebuild().await {
                 tracing::warn!(entity = %self.cx.entity_name, partition = %self.cx.partition, error = %e, "partition unavailable");
+                self.depose_on(&e);
                 self.set_available(false);
-                let error = self.unavailable();
-                for (lane, command) in commands.drain(..) {
-                    if !self.handle_while_unavailable(lane, command, &error) {
-                        return false;
-                    }
-                }
-                return true;
+                return self.refuse_all(commands);
             }
             self.set_available(true);
             // Messages recovered into the wrong place for the entity's forwarding rules (they
@@ -419,6 +433,10 @@ impl Partition {
             for state in self.states_mut() {
                 state.forwarding_pending = true;
             }
+        }
+
+        if self.deposed {
+            return self.refuse_all(commands);
         }
 
         let now = self.cx.clock.now();
@@ -463,6 +481,9 @@ impl Partition {
             result = Err(self.budget.limits().exceeded(&batch));
         }
         if result.is_ok() && !batch.is_empty() {
+            if let Some((fence, token, _)) = &self.fence {
+                fence.guard(&mut batch, *token);
+            }
             metrics::counter!(m::STORE_WRITTEN_BYTES_TOTAL).increment(batch.bytes() as u64);
             let stopwatch = m::Stopwatch::start();
             result = self.cx.store.write(batch).await;
@@ -476,7 +497,7 @@ impl Partition {
             tracing::warn!(entity = %self.cx.entity_name, partition = %self.cx.partition, error = %e, "store failed; rebuilding partition");
             self.needs_rebuild = true;
             self.set_available(false);
-            if e.is_retriable() {
+            if e.is_retriable() || self.depose_on(&e) {
                 self.unavailable()
             } else {
                 BrokerError::Store(e)
@@ -496,6 +517,26 @@ impl Partition {
         }
         self.publish();
         keep_running
+    }
+
+    /// Answers every command as the partition being unavailable. False when it should stop.
+    fn refuse_all(&mut self, commands: &mut Vec<(LaneId, Command)>) -> bool {
+        let error = self.unavailable();
+        for (lane, command) in commands.drain(..) {
+            if !self.handle_while_unavailable(lane, command, &error) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether the partition is deposed, as it is once a fenced one meets `Conflict`.
+    fn depose_on(&mut self, e: &StoreError) -> bool {
+        if self.fence.is_some() && e.kind == StoreErrorKind::Conflict && !self.deposed {
+            tracing::warn!(entity = %self.cx.entity_name, partition = %self.cx.partition, "fence moved; partition stopped");
+            self.deposed = true;
+        }
+        self.deposed
     }
 
     /// Applies one command to its lane. False when the partition should stop.
@@ -680,6 +721,9 @@ impl Partition {
     }
 
     fn next_deadline(&self) -> Timestamp {
+        if self.deposed {
+            return Timestamp::MAX;
+        }
         if self.needs_rebuild {
             return self.cx.clock.now().saturating_add(RETRY_INTERVAL);
         }
@@ -701,6 +745,13 @@ impl Partition {
 
     /// Rebuilds the state from the store: at start-up and after a failed write.
     async fn rebuild(&mut self) -> Result<(), StoreError> {
+        if let Some((fence, token, claimed @ false)) = &mut self.fence {
+            // Tokens are one per claim: a fence at ours is our claim, whose answer was lost.
+            if fence.token(&*self.cx.store).await? != Some(*token) {
+                fence.claim(&*self.cx.store, *token).await?;
+            }
+            *claimed = true;
+        }
         let recovered = self.recover_all().await;
         if recovered.is_err() {
             for state in self.states_mut() {
