@@ -9,17 +9,19 @@
 use std::sync::Arc;
 
 use ironbus_core::fence::Fence;
-use ironbus_core::testing::partition_key_prefix;
+use ironbus_core::store::WriteLimits;
+use ironbus_core::testing::{partition_key_prefix, LimitedStore};
 use ironbus_core::{
-    Broker, BrokerError, BrokerOptions, Clock, ManualClock, Message, PartitionId, QueueDescription,
-    ReceiveMode, ReceivedMessage, SequenceNumber, Store, StoreErrorKind,
+    Broker, BrokerError, BrokerOptions, Clock, EntityDescription, ManualClock, Message,
+    PartitionId, QueueDescription, ReceiveMode, ReceivedMessage, SequenceNumber, Store,
+    StoreErrorKind, SubscriptionDescription, TopicDescription,
 };
 use ironbus_store_memory::MemoryStore;
 
 mod common;
-use common::guard;
+use common::{addr, guard, path};
 
-async fn open(store: &Arc<MemoryStore>, clock: &Arc<ManualClock>, token: Option<u64>) -> Broker {
+async fn open<S: Store>(store: &Arc<S>, clock: &Arc<ManualClock>, token: Option<u64>) -> Broker {
     let options = BrokerOptions { fence_token: token, ..Default::default() };
     let clock: Arc<dyn Clock> = clock.clone();
     let broker = guard(Broker::open_with(vec![store.clone() as Arc<dyn Store>], clock, options))
@@ -54,7 +56,7 @@ async fn receive(broker: &Broker, queue: &str, n: u32) -> Vec<ReceivedMessage> {
 }
 
 async fn bodies(broker: &Broker, queue: &str) -> Vec<String> {
-    let peeked = guard(broker.peek(queue, SequenceNumber(0), 100)).await.expect("peek");
+    let peeked = guard(broker.peek(addr(queue), SequenceNumber(0), 100)).await.expect("peek");
     peeked.iter().map(|m| String::from_utf8_lossy(&m.message.body).into_owned()).collect()
 }
 
@@ -146,5 +148,49 @@ async fn an_unfenced_broker_writes_no_fence() {
         assert_eq!(guard(fence.token(&*store)).await.expect("read"), None);
     }
     assert!(count > 1, "a partitioned queue");
+    broker.shutdown();
+}
+
+#[tokio::test]
+async fn a_topics_subscriptions_move_with_its_partition() {
+    let store = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::default());
+    let a = open(&store, &clock, Some(1)).await;
+    let topic = EntityDescription::Topic(TopicDescription::default());
+    guard(a.create_entity(&path("t"), topic)).await.expect("topic");
+    let subscription = EntityDescription::Subscription(SubscriptionDescription::default());
+    guard(a.create_entity(&path("t/Subscriptions/s"), subscription)).await.expect("subscription");
+    send(&a, "t", "p0").await.expect("publish before the claim");
+
+    let b = open(&store, &clock, Some(2)).await;
+    let before = everything(&store).await;
+    assert!(is_unavailable(send(&a, "t", "late").await), "A's publish after the claim");
+    assert_eq!(everything(&store).await, before, "A applied nothing after the claim");
+    assert_eq!(bodies(&b, "t/Subscriptions/s").await, ["p0"]);
+    send(&b, "t", "p1").await.expect("B publishes");
+    assert_eq!(bodies(&b, "t/Subscriptions/s").await, ["p0", "p1"]);
+    a.shutdown();
+    b.shutdown();
+}
+
+#[tokio::test]
+async fn a_fenced_partition_keeps_its_writes_and_their_guard_within_the_stores_limits() {
+    let limits = WriteLimits { max_ops: 50, max_bytes: 16 * 1024 };
+    let store = Arc::new(LimitedStore::new(Arc::new(MemoryStore::new()), limits));
+    let clock = Arc::new(ManualClock::default());
+    let broker = open(&store, &clock, Some(1)).await;
+    guard(broker.create_queue("q", QueueDescription::default())).await.expect("create");
+    // Queued before the partition runs a cycle: far more than one write may hold.
+    let sends: Vec<_> = (0..500)
+        .map(|i| broker.start_send("q", vec![Message::new(format!("m{i}"))]).expect("queued"))
+        .collect();
+    for send in sends {
+        guard(send).await.expect("send");
+    }
+    assert_eq!(store.refused(), 0, "no batch over the limits");
+    assert!(store.largest_ops() > 10, "sends share writes: {}", store.largest_ops());
+    assert!(store.largest_ops() <= limits.max_ops);
+    assert!(store.largest_bytes() <= limits.max_bytes);
+    assert_eq!(bodies(&broker, "q").await.len(), 100, "a peek's worth");
     broker.shutdown();
 }
