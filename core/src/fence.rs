@@ -1,21 +1,22 @@
 //! A partition's fence: the core half of ownership in a cluster (`CLUSTER.md` §2).
 //!
-//! Each partition may have a **fence record**, a key beside its records
-//! ([`keys::fence`](crate::keys): the partition's prefix and the tag `o`) holding the token of
-//! the partition's owner (a `u64`, big-endian). An owner's tokens come from outside the core
-//! (in a cluster, a sequence that only grows, one token per claim). A node that takes a
-//! partition [claims](Fence::claim) it, moving the fence to its token by compare-and-set, and
-//! only then rebuilds the partition from the store; every write of its partition carries the
-//! [guard](Fence::guard) "the fence still holds my token". A stale owner's write therefore
-//! either committed before the fence moved, and the new owner's rebuild reads it, or is
-//! refused with [`StoreErrorKind::Conflict`] and applies nothing.
+//! Each partition may have a **fence record**, a key beside its records (`keys::fence`: the
+//! partition's prefix and the tag `o`) holding the token of the partition's owner (a `u64`,
+//! big-endian). Tokens come from outside the core (in a cluster, a sequence that only grows,
+//! one token per claim). A node that takes a partition [claims](Fence::claim) it, moving the
+//! fence to its token by compare-and-set, and only then rebuilds the partition from the store;
+//! every write of its partition carries the [guard](Fence::guard) "the fence still holds my
+//! token". A stale owner's write therefore either committed before the fence moved, and the
+//! new owner's rebuild reads it, or is refused with [`StoreErrorKind::Conflict`] and applies
+//! nothing.
 //!
 //! A partition actor runs fenced when its broker was opened with
 //! [`BrokerOptions::fence_token`](crate::BrokerOptions::fence_token): it claims before its first
-//! rebuild, and a `Conflict` (from the claim or a write) stops it for good — every command is
-//! answered with [`BrokerError::PartitionUnavailable`](crate::BrokerError), retriable
-//! elsewhere; no rebuild, since the partition has moved. An unfenced partition (one node)
-//! writes no fence record and no guard.
+//! rebuild (a fence already at its token is its own claim whose answer was lost: tokens are
+//! one per claim), and a `Conflict` (from the claim or a write) stops it for good — every
+//! command is answered with the retriable
+//! [`PartitionUnavailable`](crate::BrokerError::PartitionUnavailable), no rebuild follows: the
+//! partition has moved. An unfenced partition (one node) writes no fence record and no guard.
 //!
 //! **Architecture Invariant:** the fence only moves forward: a claim applies only if its token
 //! is greater than the fence's and the fence still holds what the claim read. A fenced
