@@ -470,11 +470,11 @@ impl Partition {
 
         // Bodies first: what this cycle deletes is still in the store until the write.
         let mut result = self.load_bodies().await;
-        let mut batch = self.state.fx.journal.take();
-        if let Some(topic) = &mut self.topic {
-            for lane in &mut topic.lanes {
-                batch.append(&mut lane.state.fx.journal.take());
-            }
+        let (mut batch, mut bytes) = self.state.fx.journal.take();
+        for lane in self.topic.iter_mut().flat_map(|topic| topic.lanes.iter_mut()) {
+            let (mut more, more_bytes) = lane.state.fx.journal.take();
+            batch.append(&mut more);
+            bytes += more_bytes;
         }
         if result.is_ok() && !self.budget.admits(&batch) {
             // An estimate fell short (see `budget.rs`): the store is never handed the batch.
@@ -483,8 +483,10 @@ impl Partition {
         if result.is_ok() && !batch.is_empty() {
             if let Some((fence, token, _)) = &self.fence {
                 fence.guard(&mut batch, *token);
+                bytes += fence.guard_bytes();
             }
-            metrics::counter!(m::STORE_WRITTEN_BYTES_TOTAL).increment(batch.bytes() as u64);
+            debug_assert_eq!(bytes, batch.bytes(), "the journals count what their batches do");
+            metrics::counter!(m::STORE_WRITTEN_BYTES_TOTAL).increment(bytes as u64);
             let stopwatch = m::Stopwatch::start();
             result = self.cx.store.write(batch).await;
             metrics::histogram!(m::STORE_WRITE_DURATION_SECONDS).record(stopwatch.seconds());

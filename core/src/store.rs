@@ -144,6 +144,11 @@ impl WriteBatch {
         self.ops.len()
     }
 
+    /// Operations and guards together: what [`WriteLimits::max_ops`] counts.
+    pub fn ops_and_guards(&self) -> usize {
+        self.ops.len() + self.guards.len()
+    }
+
     /// No guard and no operation: writing it does nothing.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty() && self.guards.is_empty()
@@ -170,7 +175,7 @@ impl WriteLimits {
 
     /// Whether `batch` fits.
     pub fn admits_batch(&self, batch: &WriteBatch) -> bool {
-        self.admits(batch.len() + batch.guards().len(), batch.bytes())
+        self.admits(batch.ops_and_guards(), batch.bytes())
     }
 
     /// The error a store answers a batch over its limits with.
@@ -180,7 +185,7 @@ impl WriteLimits {
             format!(
                 "write: a batch of {} operations and {} bytes is over this store's limits \
                  ({} operations, {} bytes)",
-                batch.len() + batch.guards().len(),
+                batch.ops_and_guards(),
                 batch.bytes(),
                 self.max_ops,
                 self.max_bytes

@@ -205,14 +205,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> WebSocketStream<S> {
         self.read_done = true;
         if !self.close_sent {
             self.close_sent = true;
-            let mut text = reason.as_str();
-            while text.len() > 120 {
-                let mut end = 120;
-                while !text.is_char_boundary(end) {
-                    end -= 1;
-                }
-                text = &text[..end];
+            // A Close's reason is at most 123 bytes; cut on a character boundary.
+            let mut end = reason.len().min(120);
+            while !reason.is_char_boundary(end) {
+                end -= 1;
             }
+            let text = &reason[..end];
             let close = CloseFrame { code, reason: text.to_owned().into() };
             if let Poll::Ready(Ok(())) = self.inner.poll_ready_unpin(cx) {
                 if self.inner.start_send_unpin(Message::Close(Some(close))).is_ok() {

@@ -135,18 +135,18 @@ impl Journal {
 
     /// What the batch holds so far, as the store's write limits count it.
     pub(crate) fn size(&self) -> Size {
-        Size::new(self.batch.len() + self.batch.guards().len(), self.bytes)
+        Size::new(self.batch.ops_and_guards(), self.bytes)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.batch.is_empty()
     }
 
-    /// The batch to write, leaving the journal empty.
-    pub(crate) fn take(&mut self) -> WriteBatch {
+    /// The batch to write and its [`WriteBatch::bytes`] (counted as records were added),
+    /// leaving the journal empty.
+    pub(crate) fn take(&mut self) -> (WriteBatch, usize) {
         debug_assert_eq!(self.bytes, self.batch.bytes(), "the journal counts what its batch does");
-        self.bytes = 0;
-        std::mem::take(&mut self.batch)
+        (std::mem::take(&mut self.batch), std::mem::take(&mut self.bytes))
     }
 
     /// Forgets what was journalled (the state it described is being rebuilt).

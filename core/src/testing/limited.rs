@@ -89,7 +89,7 @@ impl Store for LimitedStore {
 
     async fn write(&self, batch: WriteBatch) -> Result<(), StoreError> {
         tokio::task::yield_now().await;
-        self.largest_ops.fetch_max(batch.len() + batch.guards().len(), Ordering::SeqCst);
+        self.largest_ops.fetch_max(batch.ops_and_guards(), Ordering::SeqCst);
         self.largest_bytes.fetch_max(batch.bytes(), Ordering::SeqCst);
         if !self.limits.admits_batch(&batch) {
             self.refused.fetch_add(1, Ordering::SeqCst);
