@@ -13,6 +13,8 @@
 //!   the bytes a send holds against its entity's size.
 //! - `broker/receiving.rs` — receivers, settlement, lock renewal, deferred receives, peeks.
 //! - `broker/sessions.rs` — accepting sessions and the [`SessionReceiver`] that holds one.
+//! - `broker/cluster.rs` — a cluster node's side: acquiring and releasing partitions, routes to
+//!   their owners, serving other nodes' requests.
 //! - `broker/forwarding.rs` — auto-forwarding: its configuration rules and the forwarder.
 //! - `broker/transactions.rs` — local transactions, committed as one write on their via
 //!   partition.
@@ -21,6 +23,7 @@
 //! partitions decide *what* (the Service Bus rules on their messages). An entity's record is the
 //! commit point of create and delete: partitions exist in the store only under a live entity id.
 
+mod cluster;
 mod forwarding;
 mod queues;
 mod receiving;
@@ -29,6 +32,7 @@ mod sessions;
 mod topics;
 pub(crate) mod transactions;
 
+pub use cluster::PartitionRef;
 pub use forwarding::creation_order;
 pub use queues::{Availability, QueueInfo, QueueRuntime};
 pub use sending::SendFuture;
@@ -50,7 +54,9 @@ use crate::description::{validate_entity_name, NamespaceLimits, QueueDescription
 use crate::entity::{EntityDescription, EntityInfo, EntityKind};
 use crate::error::{BrokerError, Result};
 use crate::keys::{self, EntityId};
-use crate::partition::{self, Command, Lane, PartitionContext, PartitionHandle};
+use crate::partition::{
+    self, Command, Lane, PartitionHandle, PartitionShared, Route, StartSpec, Target,
+};
 
 use self::topics::SubscriptionStart;
 use crate::router::RoundRobin;
@@ -127,6 +133,10 @@ pub struct BrokerOptions {
     /// loads, guards each write with it, and stops for good once another owner claims a
     /// greater token. Tokens must grow with each claim. Default `None`: unfenced (one node).
     pub fence_token: Option<u64>,
+    /// A cluster node (`CLUSTER.md`): partitions start nowhere, and run here only once the
+    /// cluster's ownership [acquires](Broker::acquire) them; the rest are reached through the
+    /// link ([`Broker::route_remote`]). Default `false`: every partition runs here.
+    pub cluster: bool,
 }
 
 impl Default for BrokerOptions {
@@ -136,6 +146,7 @@ impl Default for BrokerOptions {
             body_cache_bytes: 64 << 20,
             metrics_entity_labels: false,
             fence_token: None,
+            cluster: false,
         }
     }
 }
@@ -149,6 +160,7 @@ struct Inner {
     limits: NamespaceLimits,
     metrics_entity_labels: bool,
     fence_token: Option<u64>,
+    cluster: bool,
     entities: RwLock<HashMap<String, Arc<EntityHandle>>>,
     /// Serializes management operations (create, update, delete).
     management: tokio::sync::Mutex<()>,
@@ -219,6 +231,7 @@ impl Broker {
             limits: options.limits,
             metrics_entity_labels: options.metrics_entity_labels,
             fence_token: options.fence_token,
+            cluster: options.cluster,
             entities: RwLock::new(HashMap::new()),
             management: tokio::sync::Mutex::new(()),
             next_entity_id: AtomicU64::new(next_entity_id),
@@ -364,20 +377,27 @@ impl Broker {
                             .collect();
                         (lanes, filtering)
                     });
-                    partition::spawn(PartitionContext {
-                        entity_id: record.id,
-                        entity_name: record.name.clone(),
-                        partition: PartitionId(p),
+                    let shared = PartitionShared::new();
+                    let spec = StartSpec {
                         description: description.clone(),
-                        store: self.store_for(record.id, PartitionId(p)).clone(),
-                        clock: self.inner.clock.clone(),
-                        cache: self.inner.cache.clone(),
-                        metrics_entity_labels: self.inner.metrics_entity_labels,
                         topic,
-                        fence_token: self.inner.fence_token,
-                    })
+                        receivers: Vec::new(),
+                        shared: shared.clone(),
+                    };
+                    let id = PartitionId(p);
+                    let route =
+                        Route::new(record.id, record.name.clone(), id, spec, Target::Elsewhere);
+                    if self.inner.cluster {
+                        shared.mark_available(false);
+                    } else {
+                        let fence = self.inner.fence_token;
+                        route.switch(|spec| {
+                            self.start_local(record.id, &record.name, id, spec, fence)
+                        })?;
+                    }
+                    Ok(PartitionHandle { id, lane: record.id, route, shared })
                 })
-                .collect()
+                .collect::<Result<_>>()?
         };
         Ok(Arc::new(EntityHandle {
             id: record.id,

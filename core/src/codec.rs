@@ -9,6 +9,7 @@
 //! - `bookkeeping`: a partition's counter, duplicate-detection entries, session states and
 //!   transfer records.
 //! - `properties`: typed values and system properties, shared by the records above.
+//! - `link`: the cluster link's requests and replies (not stored: sent between nodes).
 //! - `primitives`: the bounds-checked reader and the writer every record is built with.
 //!
 //! Every decoder reads untrusted bytes (a store can be damaged): a truncated record or a length
@@ -17,6 +18,7 @@
 
 mod bookkeeping;
 mod entity;
+pub(crate) mod link;
 mod message;
 mod primitives;
 mod properties;

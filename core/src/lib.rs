@@ -87,6 +87,7 @@ pub mod message;
 pub mod metrics;
 mod partition;
 pub mod receiver;
+pub mod remote;
 pub mod router;
 mod rules;
 pub mod store;
@@ -104,8 +105,8 @@ pub mod transaction {
 
 pub use address::{Address, AddressError, EntityAddress, EntityPath, PathShape};
 pub use broker::{
-    Availability, Broker, BrokerOptions, QueueInfo, QueueRuntime, SendFuture, SessionReceiver,
-    TopicRuntime, Transaction,
+    Availability, Broker, BrokerOptions, PartitionRef, QueueInfo, QueueRuntime, SendFuture,
+    SessionReceiver, TopicRuntime, Transaction,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use description::{

@@ -85,6 +85,7 @@ mod effects;
 mod index;
 mod journal;
 mod locks;
+mod route;
 mod sessions;
 mod state;
 mod sub_queues;
@@ -106,6 +107,7 @@ pub(crate) use self::bodies::BodyCache;
 use self::budget::Budget;
 pub(crate) use self::command::Command;
 use self::journal::Journal;
+pub(crate) use self::route::{PartitionHandle, RemotePartition, Route, StartSpec, Target};
 pub(crate) use self::sessions::SessionId;
 use self::state::PartitionState;
 pub(crate) use self::state::NOT_SESSIONFUL;
@@ -221,52 +223,14 @@ impl PartitionShared {
         self.size_bytes.load(Ordering::Relaxed)
     }
 
+    /// Marks the partition (un)available without an actor: a cluster node's view of a
+    /// partition it does not run (see `route.rs`).
+    pub(crate) fn mark_available(&self, available: bool) {
+        self.available.store(available, Ordering::Release);
+    }
+
     pub(crate) fn ready_sessions(&self) -> u64 {
         self.ready_sessions.load(Ordering::SeqCst)
-    }
-}
-
-/// The broker's handle on a partition actor.
-#[derive(Debug, Clone)]
-pub(crate) struct PartitionHandle {
-    pub(crate) id: PartitionId,
-    /// The lane commands through this handle go to.
-    pub(crate) lane: LaneId,
-    tx: mpsc::UnboundedSender<(LaneId, Command)>,
-    pub(crate) shared: Arc<PartitionShared>,
-}
-
-impl PartitionHandle {
-    /// Queues a command, without waiting. The queue is unbounded: transports bound what they
-    /// submit by the credit they grant their clients. If the actor is gone the command (and its
-    /// reply channel) is dropped, which the caller sees as [`BrokerError::ShuttingDown`].
-    pub(crate) fn send(&self, command: Command) {
-        let _ = self.tx.send((self.lane, command));
-    }
-
-    /// A handle on another lane of the same partition (a subscription's, in a topic's).
-    pub(crate) fn for_lane(&self, lane: LaneId, shared: Arc<PartitionShared>) -> PartitionHandle {
-        PartitionHandle { id: self.id, lane, tx: self.tx.clone(), shared }
-    }
-
-    /// Asks the actor to deliver, unless such a request is already queued.
-    pub(crate) fn nudge(&self) {
-        if !self.shared.nudge_pending.swap(true, Ordering::AcqRel) {
-            self.send(Command::Deliver);
-        }
-    }
-
-    /// Sends a request now; the returned future waits for its answer.
-    pub(crate) fn ask<T>(
-        &self,
-        make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command,
-    ) -> impl std::future::Future<Output = Result<T>> + Send + 'static
-    where
-        T: Send + 'static,
-    {
-        let (tx, rx) = oneshot::channel();
-        self.send(make(tx));
-        async move { rx.await.unwrap_or(Err(BrokerError::ShuttingDown)) }
     }
 }
 
@@ -290,22 +254,21 @@ pub(crate) struct PartitionContext {
     pub(crate) fence_token: Option<u64>,
 }
 
-/// Starts the actor of one partition on the current tokio runtime.
-pub(crate) fn spawn(context: PartitionContext) -> PartitionHandle {
+/// Starts the actor of one partition on the current tokio runtime, publishing to `shared` (the
+/// partition's own lane; a topic's lanes publish to theirs), and returns its channel.
+pub(crate) fn spawn(
+    context: PartitionContext,
+    shared: Arc<PartitionShared>,
+) -> mpsc::UnboundedSender<(LaneId, Command)> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let shared = PartitionShared::new();
-    let handle = PartitionHandle {
-        id: context.partition,
-        lane: context.entity_id,
-        tx,
-        shared: shared.clone(),
-    };
-    let actor = Partition::new(context, shared);
+    let lane = context.entity_id;
+    let actor = Partition::new(context, shared.clone());
     tokio::spawn(actor.run(rx));
     // Load the partition's state now rather than at its first request, so that scheduled
     // messages and expiries recovered from the store come due on time.
-    handle.nudge();
-    handle
+    shared.nudge_pending.store(true, Ordering::Release);
+    let _ = tx.send((lane, Command::Deliver));
+    tx
 }
 
 /// The actor: reads the clock, writes what the state journalled, and carries out its effects.
@@ -323,6 +286,8 @@ struct Partition {
     fence: Option<(Fence, u64, bool)>,
     /// A fenced claim or write met `Conflict`: the partition has moved, for good.
     deposed: bool,
+    /// Told to stop (`Command::Stop`): acknowledged once stopped.
+    stopped: Option<oneshot::Sender<()>>,
 }
 
 impl fmt::Debug for Partition {
@@ -357,7 +322,18 @@ impl Partition {
             limits.max_bytes = limits.max_bytes.saturating_sub(fence.guard_bytes());
         }
         let budget = Budget::new(limits);
-        Partition { cx, shared, state, topic, needs_rebuild: true, budget, fence, deposed: false }
+        let stopped = None;
+        Partition {
+            cx,
+            shared,
+            state,
+            topic,
+            needs_rebuild: true,
+            budget,
+            fence,
+            deposed: false,
+            stopped,
+        }
     }
 
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<(LaneId, Command)>) {
@@ -386,10 +362,22 @@ impl Partition {
                 break;
             }
         }
+        let moving = self.stopped.is_some();
         for state in self.states_mut() {
-            state.close_receivers();
+            if moving {
+                state.leave_receivers();
+            } else {
+                state.close_receivers();
+            }
             state.release_cache();
             state.publish_transfer_depth(true);
+        }
+        if let Some(ack) = self.stopped.take() {
+            if !self.shared.is_available() {
+                // No longer this node's partition, nor its unavailable one.
+                metrics::gauge!(m::PARTITIONS_UNAVAILABLE).decrement(1.0);
+            }
+            let _ = ack.send(());
         }
     }
 
@@ -543,6 +531,10 @@ impl Partition {
 
     /// Applies one command to its lane. False when the partition should stop.
     fn apply(&mut self, lane: LaneId, command: Command, now: Timestamp) -> bool {
+        if let Command::Stop(ack) = command {
+            self.stopped = Some(ack);
+            return false;
+        }
         if lane == self.cx.entity_id {
             match (&mut self.topic, command) {
                 (Some(topic), Command::Send { messages, reply }) => {
@@ -603,9 +595,6 @@ impl Partition {
         command: Command,
         error: &BrokerError,
     ) -> bool {
-        fn fail<T>(reply: oneshot::Sender<Result<T>>, error: &BrokerError) {
-            let _ = reply.send(Err(error.clone()));
-        }
         let state = if lane == self.cx.entity_id {
             if let (Some(topic), Command::AddLane(spec)) = (&mut self.topic, &command) {
                 topic.add_lane(&self.cx, (**spec).clone());
@@ -632,34 +621,6 @@ impl Partition {
             }
         };
         match command {
-            Command::Send { reply, .. } => fail(reply, error),
-            Command::Transfer { reply, .. } => fail(reply, error),
-            // The records stay until a later transfer's forget reaches them (or for ever: a
-            // few small records per outage).
-            Command::ForgetTransfers(_) => {}
-            Command::Commit { reply, .. } => fail(reply, error),
-            Command::Reserve { reply, .. } => fail(reply, error),
-            // A rebuild forgets reservations anyway.
-            Command::Unreserve(_) => {}
-            Command::Cancel { reply, .. } => fail(reply, error),
-            Command::Settle { reply, .. } => fail(reply, error),
-            Command::RenewLock { reply, .. } => fail(reply, error),
-            Command::ReceiveDeferred { reply, .. } => fail(reply, error),
-            Command::Peek { reply, .. } => fail(reply, error),
-            Command::Counts { reply } => fail(reply, error),
-            Command::RemoveLane(reply) => fail(reply, error),
-            Command::ListSessions { reply, .. } => fail(reply, error),
-            Command::PeekSession { reply, .. } => fail(reply, error),
-            Command::ReceiveDeferredSession { reply, .. } => fail(reply, error),
-            Command::AcceptSession { reply, .. } => {
-                let _ = reply.send(Err(error.clone().into()));
-            }
-            Command::RenewSession { reply, .. } => {
-                let _ = reply.send(Err(error.clone().into()));
-            }
-            Command::SessionState { reply, .. } => {
-                let _ = reply.send(Err(error.clone().into()));
-            }
             // Forwarding changes are applied when the partition is rebuilt.
             Command::Update(description) => state.description = description,
             Command::Attach(receiver) => state.attach(receiver),
@@ -670,8 +631,12 @@ impl Partition {
                     topic.filtering = on;
                 }
             }
-            Command::Drain(ack) => drop(ack.send(())),
             Command::Close => return false,
+            Command::Stop(ack) => {
+                self.stopped = Some(ack);
+                return false;
+            }
+            command => command.refuse(error),
         }
         true
     }

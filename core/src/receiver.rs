@@ -48,6 +48,20 @@ pub(crate) struct ReceiverShared {
     arrived: Notify,
     /// Woken when a reservation ends (delivered or cancelled).
     settled: Notify,
+    /// Woken when credit is added, or the receiver closes (a remote partition's pull waits).
+    credited: Notify,
+    /// Nudges the receiver's partitions when borrowed credit comes back (`give_back`).
+    on_return: OnReturn,
+}
+
+/// What a receiver does when credit lent to a remote partition comes back unused.
+#[derive(Default)]
+struct OnReturn(Mutex<Option<Box<dyn Fn() + Send + Sync>>>);
+
+impl fmt::Debug for OnReturn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OnReturn")
+    }
 }
 
 impl ReceiverShared {
@@ -59,6 +73,8 @@ impl ReceiverShared {
             state: Mutex::new(ReceiverState::default()),
             arrived: Notify::new(),
             settled: Notify::new(),
+            credited: Notify::new(),
+            on_return: OnReturn::default(),
         }
     }
 
@@ -106,6 +122,74 @@ impl ReceiverShared {
         self.lock().closed
     }
 
+    /// Reserves up to `max` units of credit at once (a pull from a partition on another node
+    /// borrows them); 0 if there is none.
+    pub(crate) fn reserve_up_to(&self, max: u32) -> u32 {
+        let mut s = self.lock();
+        if s.closed {
+            return 0;
+        }
+        let n = s.credit.min(max);
+        s.credit -= n;
+        s.reserved += n;
+        n
+    }
+
+    /// Gives back `n` reservations a remote partition borrowed and did not use: they are
+    /// credit again, for any partition.
+    pub(crate) fn give_back(&self, n: u32) {
+        if n == 0 {
+            return;
+        }
+        {
+            let mut s = self.lock();
+            s.reserved -= n;
+            s.credit += n;
+        }
+        self.settled.notify_waiters();
+        self.credited.notify_waiters();
+        let on_return = self.on_return.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(nudge) = &*on_return {
+            nudge();
+        }
+    }
+
+    /// Waits until the receiver has credit, or is closed.
+    pub(crate) async fn credit_or_close(&self) {
+        loop {
+            let credited = self.credited.notified();
+            {
+                let s = self.lock();
+                if s.closed || s.credit > 0 {
+                    return;
+                }
+            }
+            credited.await;
+        }
+    }
+
+    /// Lends the receiver `n` units of credit: a stand-in receiver on a partition's owner,
+    /// serving a receiver on another node (see `remote.rs`).
+    pub(crate) fn lend(&self, n: u32) {
+        let mut s = self.lock();
+        s.credit = s.credit.saturating_add(n);
+    }
+
+    /// Takes back the credit left, waits for the deliveries under way, and takes the buffer.
+    pub(crate) async fn reclaim(&self) -> Vec<ReceivedMessage> {
+        self.lock().credit = 0;
+        loop {
+            let settled = self.settled.notified();
+            {
+                let mut s = self.lock();
+                if s.reserved == 0 {
+                    return s.buffer.drain(..).collect();
+                }
+            }
+            settled.await;
+        }
+    }
+
     pub(crate) fn has_credit(&self) -> bool {
         let s = self.lock();
         !s.closed && s.credit > 0
@@ -145,6 +229,7 @@ impl ReceiverShared {
         }
         self.arrived.notify_waiters();
         self.arrived.notify_one();
+        self.credited.notify_waiters();
     }
 }
 
@@ -178,6 +263,15 @@ impl Receiver {
         queue: SubQueue,
     ) -> Self {
         let shared = Arc::new(ReceiverShared::new(id, mode, queue));
+        let weak = Arc::downgrade(&entity);
+        let nudge = move || {
+            for partition in weak.upgrade().iter().flat_map(|e| e.partitions.iter()) {
+                if partition.shared.has_deliverable(queue) {
+                    partition.nudge();
+                }
+            }
+        };
+        *shared.on_return.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(nudge));
         for partition in &entity.partitions {
             partition.send(Command::Attach(shared.clone()));
         }
@@ -267,6 +361,7 @@ impl Receiver {
     }
 
     fn credit_added(&self) {
+        self.shared.credited.notify_waiters();
         // Pairs with the fence in the partition after it publishes a deliverable message:
         // either the partition sees this credit, or this sees its message and nudges it.
         fence(Ordering::SeqCst);
@@ -314,11 +409,16 @@ impl Receiver {
         for ack in acks {
             let _ = ack.await;
         }
-        let discarded = std::mem::take(&mut self.shared.lock().credit);
+        // Credit lent to a remote partition may come back while this waits: take it too.
+        let mut discarded = 0;
         loop {
             let settled = self.shared.settled.notified();
-            if self.shared.lock().reserved == 0 {
-                return discarded;
+            {
+                let mut s = self.shared.lock();
+                discarded += std::mem::take(&mut s.credit);
+                if s.reserved == 0 {
+                    return discarded;
+                }
             }
             settled.await;
         }

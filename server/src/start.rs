@@ -75,6 +75,7 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
         body_cache_bytes: args.body_cache_mb << 20,
         metrics_entity_labels: args.metrics_entity_labels,
         fence_token: None,
+        cluster: false,
     };
     let opening = std::time::Instant::now();
     let broker = Broker::open_with(stores, Arc::new(SystemClock), options)

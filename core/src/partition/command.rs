@@ -10,7 +10,7 @@ use super::{
     Lane, LaneConfig, PartitionCounts, SendOutcome, SessionGrant, SessionId, TransferId, Work,
 };
 use crate::description::QueueDescription;
-use crate::error::{Result, SessionError};
+use crate::error::{BrokerError, Result, SessionError};
 use crate::message::{Disposition, Message, ReceivedMessage};
 use crate::receiver::ReceiverShared;
 use crate::types::{LockToken, ReceiveMode, SequenceNumber, SubQueue, Timestamp};
@@ -83,6 +83,9 @@ pub(crate) enum Command {
     Drain(oneshot::Sender<()>),
     /// Stop: the entity is deleted. Receivers are closed.
     Close,
+    /// Stop after this cycle, leaving the partition's records and its receivers open: the
+    /// partition moves to another owner (`broker/cluster.rs`). Acknowledged once stopped.
+    Stop(oneshot::Sender<()>),
     /// A topic partition: start a subscription's lane (a new subscription: it has no records).
     AddLane(Box<Lane>),
     /// A topic partition: a subscription's settings or rules changed.
@@ -132,4 +135,49 @@ pub(crate) enum Command {
         mode: ReceiveMode,
         reply: oneshot::Sender<Result<Vec<ReceivedMessage>>>,
     },
+}
+
+impl Command {
+    /// Answers the command with `error` where it asks for an answer (a drain is acknowledged,
+    /// having nothing to deliver); drops the rest.
+    pub(crate) fn refuse(self, error: &BrokerError) {
+        fn fail<T>(reply: oneshot::Sender<Result<T>>, error: &BrokerError) {
+            let _ = reply.send(Err(error.clone()));
+        }
+        fn fail_session<T>(reply: SessionReply<T>, error: &BrokerError) {
+            let _ = reply.send(Err(error.clone().into()));
+        }
+        match self {
+            Command::Send { reply, .. } => fail(reply, error),
+            Command::Transfer { reply, .. } => fail(reply, error),
+            Command::Commit { reply, .. } => fail(reply, error),
+            Command::Reserve { reply, .. } => fail(reply, error),
+            Command::Cancel { reply, .. } => fail(reply, error),
+            Command::Settle { reply, .. } => fail(reply, error),
+            Command::RenewLock { reply, .. } => fail(reply, error),
+            Command::ReceiveDeferred { reply, .. } => fail(reply, error),
+            Command::Peek { reply, .. } => fail(reply, error),
+            Command::Counts { reply } => fail(reply, error),
+            Command::RemoveLane(reply) => fail(reply, error),
+            Command::ListSessions { reply, .. } => fail(reply, error),
+            Command::PeekSession { reply, .. } => fail(reply, error),
+            Command::ReceiveDeferredSession { reply, .. } => fail(reply, error),
+            Command::AcceptSession { reply, .. } => fail_session(reply, error),
+            Command::RenewSession { reply, .. } => fail_session(reply, error),
+            Command::SessionState { reply, .. } => fail_session(reply, error),
+            Command::Drain(ack) | Command::Stop(ack) => drop(ack.send(())),
+            // The records stay until a later transfer's forget reaches them (or for ever: a
+            // few small records per outage); a rebuild forgets reservations anyway.
+            Command::ForgetTransfers(_)
+            | Command::Unreserve(_)
+            | Command::Update(_)
+            | Command::Attach(_)
+            | Command::Detach(_)
+            | Command::Deliver
+            | Command::Close
+            | Command::AddLane(_)
+            | Command::Configure(_)
+            | Command::Filtering(_) => {}
+        }
+    }
 }

@@ -256,7 +256,7 @@ impl PartitionState {
             }
             Command::Deliver => {}
             Command::Drain(ack) => self.fx.drains.push(ack),
-            Command::Close => return false,
+            Command::Close | Command::Stop(_) => return false,
             // Lanes are the topic partition's business (see `topic.rs`); a queue has none.
             Command::AddLane(_)
             | Command::Configure(_)

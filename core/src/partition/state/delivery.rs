@@ -28,6 +28,20 @@ impl PartitionState {
         }
     }
 
+    /// The partition moves to another owner: receivers stay open (their routes register them
+    /// there), but a session's holder has lost its session lock.
+    pub(crate) fn leave_receivers(&mut self) {
+        for list in self.receivers.values_mut() {
+            list.clear();
+        }
+        if !self.session_receivers.is_empty() {
+            metrics::gauge!(m::SESSIONS_LOCKED).decrement(self.session_receivers.len() as f64);
+        }
+        for (_, r) in self.session_receivers.drain(..) {
+            r.lose();
+        }
+    }
+
     pub(crate) fn close_receivers(&mut self) {
         for list in self.receivers.values_mut() {
             for r in list.drain(..) {

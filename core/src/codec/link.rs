@@ -1,0 +1,702 @@
+//! The cluster link's encoding: a request one node sends the owner of a partition, and the
+//! owner's reply (`remote.rs` sends and serves them). Versioned like the records: a call starts
+//! with its version byte; a node refuses a version it does not know rather than guess.
+//!
+//! A call names its partition (entity store id and partition), the lane (a subscription's
+//! entity id in a topic partition, else the entity's), and one request. Messages travel as
+//! their body records (`message.rs`), so a link carries exactly what a store would.
+//!
+//! **Architecture Invariant:** the decoders read untrusted bytes (any peer that passed the
+//! link's admission): every count is bounded by the bytes that remain before anything is
+//! reserved, and malformed input is an error, never a panic.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use uuid::Uuid;
+
+use super::message::{decode_body, encode_body};
+use super::primitives::{DecodeResult, Reader, Writer};
+use super::properties::{decode_properties, encode_properties};
+use crate::broker::PartitionRef;
+use crate::error::BrokerError;
+use crate::message::{
+    BrokerProperties, Disposition, Message, MessageLock, MessageState, ReceivedMessage,
+};
+use crate::partition::{PartitionCounts, SendOutcome, TransferId};
+use crate::store::{StoreError, StoreErrorKind};
+use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp};
+
+const LINK_V1: u8 = 1;
+
+/// What a node asks a partition's owner (one [`Command`](crate::partition::Command) each,
+/// but for `Pull`, a receiver's borrowed credit).
+#[derive(Debug)]
+pub(crate) enum LinkRequest {
+    Send(Vec<Arc<Message>>),
+    Transfer(Vec<(TransferId, Arc<Message>)>),
+    ForgetTransfers(Vec<TransferId>),
+    Cancel(Vec<SequenceNumber>),
+    Settle {
+        queue: SubQueue,
+        items: Vec<(LockToken, Disposition)>,
+    },
+    RenewLock {
+        queue: SubQueue,
+        token: LockToken,
+    },
+    ReceiveDeferred {
+        queue: SubQueue,
+        sequence_numbers: Vec<SequenceNumber>,
+        mode: ReceiveMode,
+    },
+    Peek {
+        queue: SubQueue,
+        from: SequenceNumber,
+        max: u32,
+    },
+    Counts,
+    /// Up to `max` messages for a receiver on another node, delivered in one cycle: the
+    /// receiver's node lends that much of its credit.
+    Pull {
+        queue: SubQueue,
+        mode: ReceiveMode,
+        max: u32,
+    },
+}
+
+/// The owner's answer to a [`LinkRequest`], or its error.
+#[derive(Debug)]
+pub(crate) enum LinkReply {
+    Sent(Vec<SendOutcome>),
+    Transferred(Vec<Result<SendOutcome, BrokerError>>),
+    Done,
+    Settled(Vec<Result<(), BrokerError>>),
+    Renewed(Timestamp),
+    Messages(Vec<ReceivedMessage>),
+    Counts(PartitionCounts),
+    Failed(BrokerError),
+}
+
+pub(crate) fn encode_request(at: PartitionRef, lane: u64, request: &LinkRequest) -> Bytes {
+    let mut w = Writer::versioned(LINK_V1, 64);
+    w.u64(at.entity);
+    w.u16(at.partition);
+    w.u64(lane);
+    match request {
+        LinkRequest::Send(messages) => {
+            w.u8(1);
+            w.u32(messages.len() as u32);
+            for m in messages {
+                w.bytes(&encode_body(m));
+            }
+        }
+        LinkRequest::Transfer(transfers) => {
+            w.u8(2);
+            w.u32(transfers.len() as u32);
+            for (id, m) in transfers {
+                transfer_id(&mut w, id);
+                w.bytes(&encode_body(m));
+            }
+        }
+        LinkRequest::ForgetTransfers(ids) => {
+            w.u8(3);
+            w.u32(ids.len() as u32);
+            ids.iter().for_each(|id| transfer_id(&mut w, id));
+        }
+        LinkRequest::Cancel(numbers) => {
+            w.u8(4);
+            sequence_numbers(&mut w, numbers);
+        }
+        LinkRequest::Settle { queue, items } => {
+            w.u8(5);
+            w.u8(sub_queue(*queue));
+            w.u32(items.len() as u32);
+            for (token, disposition) in items {
+                w.array(token.0.as_bytes());
+                encode_disposition(&mut w, disposition);
+            }
+        }
+        LinkRequest::RenewLock { queue, token } => {
+            w.u8(6);
+            w.u8(sub_queue(*queue));
+            w.array(token.0.as_bytes());
+        }
+        LinkRequest::ReceiveDeferred { queue, sequence_numbers: numbers, mode } => {
+            w.u8(7);
+            w.u8(sub_queue(*queue));
+            w.u8(receive_mode(*mode));
+            sequence_numbers(&mut w, numbers);
+        }
+        LinkRequest::Peek { queue, from, max } => {
+            w.u8(8);
+            w.u8(sub_queue(*queue));
+            w.i64(from.0);
+            w.u32(*max);
+        }
+        LinkRequest::Counts => w.u8(9),
+        LinkRequest::Pull { queue, mode, max } => {
+            w.u8(10);
+            w.u8(sub_queue(*queue));
+            w.u8(receive_mode(*mode));
+            w.u32(*max);
+        }
+    }
+    w.finish()
+}
+
+pub(crate) fn decode_request(bytes: &[u8]) -> DecodeResult<(PartitionRef, u64, LinkRequest)> {
+    let (mut r, version) = Reader::versioned(bytes, "link request")?;
+    if version != LINK_V1 {
+        return Err(r.unknown_version(version));
+    }
+    let at = PartitionRef { entity: r.u64()?, partition: r.u16()? };
+    let lane = r.u64()?;
+    let request = match r.u8()? {
+        1 => LinkRequest::Send(list(&mut r, 4, |r| Ok(Arc::new(decode_body(&r.bytes()?)?)))?),
+        2 => LinkRequest::Transfer(list(&mut r, 20, |r| {
+            Ok((read_transfer_id(r)?, Arc::new(decode_body(&r.bytes()?)?)))
+        })?),
+        3 => LinkRequest::ForgetTransfers(list(&mut r, 16, read_transfer_id)?),
+        4 => LinkRequest::Cancel(read_sequence_numbers(&mut r)?),
+        5 => {
+            let queue = read_sub_queue(&mut r)?;
+            let items = list(&mut r, 17, |r| Ok((lock_token(r)?, decode_disposition(r)?)))?;
+            LinkRequest::Settle { queue, items }
+        }
+        6 => LinkRequest::RenewLock { queue: read_sub_queue(&mut r)?, token: lock_token(&mut r)? },
+        7 => LinkRequest::ReceiveDeferred {
+            queue: read_sub_queue(&mut r)?,
+            mode: read_receive_mode(&mut r)?,
+            sequence_numbers: read_sequence_numbers(&mut r)?,
+        },
+        8 => LinkRequest::Peek {
+            queue: read_sub_queue(&mut r)?,
+            from: SequenceNumber(r.i64()?),
+            max: r.u32()?,
+        },
+        9 => LinkRequest::Counts,
+        10 => LinkRequest::Pull {
+            queue: read_sub_queue(&mut r)?,
+            mode: read_receive_mode(&mut r)?,
+            max: r.u32()?,
+        },
+        other => return Err(r.corrupted(&format!("link request kind {other}"))),
+    };
+    Ok((at, lane, request))
+}
+
+pub(crate) fn encode_reply(reply: &LinkReply) -> Bytes {
+    let mut w = Writer::versioned(LINK_V1, 64);
+    match reply {
+        LinkReply::Sent(outcomes) => {
+            w.u8(1);
+            w.u32(outcomes.len() as u32);
+            outcomes.iter().for_each(|o| send_outcome(&mut w, o));
+        }
+        LinkReply::Transferred(outcomes) => {
+            w.u8(2);
+            w.u32(outcomes.len() as u32);
+            for outcome in outcomes {
+                match outcome {
+                    Ok(o) => {
+                        w.u8(0);
+                        send_outcome(&mut w, o);
+                    }
+                    Err(e) => {
+                        w.u8(1);
+                        encode_error(&mut w, e);
+                    }
+                }
+            }
+        }
+        LinkReply::Done => w.u8(3),
+        LinkReply::Settled(outcomes) => {
+            w.u8(4);
+            w.u32(outcomes.len() as u32);
+            for outcome in outcomes {
+                match outcome {
+                    Ok(()) => w.u8(0),
+                    Err(e) => {
+                        w.u8(1);
+                        encode_error(&mut w, e);
+                    }
+                }
+            }
+        }
+        LinkReply::Renewed(until) => {
+            w.u8(5);
+            w.i64(until.as_millis());
+        }
+        LinkReply::Messages(messages) => {
+            w.u8(6);
+            w.u32(messages.len() as u32);
+            messages.iter().for_each(|m| encode_received(&mut w, m));
+        }
+        LinkReply::Counts(c) => {
+            w.u8(7);
+            for n in [
+                c.active,
+                c.deferred,
+                c.scheduled,
+                c.dead_lettered,
+                c.transfer,
+                c.transfer_dead_lettered,
+                c.send_via,
+                c.size_bytes,
+            ] {
+                w.u64(n);
+            }
+        }
+        LinkReply::Failed(e) => {
+            w.u8(8);
+            encode_error(&mut w, e);
+        }
+    }
+    w.finish()
+}
+
+pub(crate) fn decode_reply(bytes: &[u8]) -> DecodeResult<LinkReply> {
+    let (mut r, version) = Reader::versioned(bytes, "link reply")?;
+    if version != LINK_V1 {
+        return Err(r.unknown_version(version));
+    }
+    Ok(match r.u8()? {
+        1 => LinkReply::Sent(list(&mut r, 1, read_send_outcome)?),
+        2 => LinkReply::Transferred(list(&mut r, 1, |r| match r.u8()? {
+            0 => Ok(Ok(read_send_outcome(r)?)),
+            _ => Ok(Err(decode_error(r)?)),
+        })?),
+        3 => LinkReply::Done,
+        4 => LinkReply::Settled(list(&mut r, 1, |r| match r.u8()? {
+            0 => Ok(Ok(())),
+            _ => Ok(Err(decode_error(r)?)),
+        })?),
+        5 => LinkReply::Renewed(Timestamp::from_millis(r.i64()?)),
+        6 => LinkReply::Messages(list(&mut r, 40, decode_received)?),
+        7 => LinkReply::Counts(PartitionCounts {
+            active: r.u64()?,
+            deferred: r.u64()?,
+            scheduled: r.u64()?,
+            dead_lettered: r.u64()?,
+            transfer: r.u64()?,
+            transfer_dead_lettered: r.u64()?,
+            send_via: r.u64()?,
+            size_bytes: r.u64()?,
+        }),
+        8 => LinkReply::Failed(decode_error(&mut r)?),
+        other => return Err(r.corrupted(&format!("link reply kind {other}"))),
+    })
+}
+
+/// A count, then that many items of at least `min_bytes` each (checked against what remains
+/// before anything is reserved).
+fn list<T>(
+    r: &mut Reader<'_>,
+    min_bytes: usize,
+    mut item: impl FnMut(&mut Reader<'_>) -> DecodeResult<T>,
+) -> DecodeResult<Vec<T>> {
+    let count = r.u32()? as usize;
+    if count.saturating_mul(min_bytes.max(1)) > r.remaining() {
+        return Err(r.corrupted("a count larger than the call"));
+    }
+    (0..count).map(|_| item(r)).collect()
+}
+
+fn transfer_id(w: &mut Writer, id: &TransferId) {
+    w.u64(id.source);
+    w.i64(id.sequence_number.0);
+}
+
+fn read_transfer_id(r: &mut Reader<'_>) -> DecodeResult<TransferId> {
+    Ok(TransferId { source: r.u64()?, sequence_number: SequenceNumber(r.i64()?) })
+}
+
+fn sequence_numbers(w: &mut Writer, numbers: &[SequenceNumber]) {
+    w.u32(numbers.len() as u32);
+    numbers.iter().for_each(|n| w.i64(n.0));
+}
+
+fn read_sequence_numbers(r: &mut Reader<'_>) -> DecodeResult<Vec<SequenceNumber>> {
+    list(r, 8, |r| Ok(SequenceNumber(r.i64()?)))
+}
+
+fn lock_token(r: &mut Reader<'_>) -> DecodeResult<LockToken> {
+    Ok(LockToken(Uuid::from_bytes(r.array()?)))
+}
+
+const SUB_QUEUES: [SubQueue; 5] = SubQueue::ALL;
+
+fn sub_queue(queue: SubQueue) -> u8 {
+    queue.index() as u8
+}
+
+fn read_sub_queue(r: &mut Reader<'_>) -> DecodeResult<SubQueue> {
+    let i = r.u8()?;
+    SUB_QUEUES.get(usize::from(i)).copied().ok_or_else(|| r.corrupted("sub-queue"))
+}
+
+fn receive_mode(mode: ReceiveMode) -> u8 {
+    match mode {
+        ReceiveMode::PeekLock => 0,
+        ReceiveMode::ReceiveAndDelete => 1,
+    }
+}
+
+fn read_receive_mode(r: &mut Reader<'_>) -> DecodeResult<ReceiveMode> {
+    match r.u8()? {
+        0 => Ok(ReceiveMode::PeekLock),
+        1 => Ok(ReceiveMode::ReceiveAndDelete),
+        _ => Err(r.corrupted("receive mode")),
+    }
+}
+
+fn encode_disposition(w: &mut Writer, d: &Disposition) {
+    match d {
+        Disposition::Complete => w.u8(0),
+        Disposition::Abandon { properties } => {
+            w.u8(1);
+            encode_properties(w, properties);
+        }
+        Disposition::Release => w.u8(2),
+        Disposition::Defer { properties } => {
+            w.u8(3);
+            encode_properties(w, properties);
+        }
+        Disposition::DeadLetter { reason, description, properties } => {
+            w.u8(4);
+            w.opt_str(reason);
+            w.opt_str(description);
+            encode_properties(w, properties);
+        }
+    }
+}
+
+fn decode_disposition(r: &mut Reader<'_>) -> DecodeResult<Disposition> {
+    Ok(match r.u8()? {
+        0 => Disposition::Complete,
+        1 => Disposition::Abandon { properties: decode_properties(r)? },
+        2 => Disposition::Release,
+        3 => Disposition::Defer { properties: decode_properties(r)? },
+        4 => Disposition::DeadLetter {
+            reason: r.opt(Reader::str)?,
+            description: r.opt(Reader::str)?,
+            properties: decode_properties(r)?,
+        },
+        _ => return Err(r.corrupted("disposition")),
+    })
+}
+
+fn send_outcome(w: &mut Writer, outcome: &SendOutcome) {
+    match outcome {
+        SendOutcome::Enqueued(n) => {
+            w.u8(0);
+            w.i64(n.0);
+        }
+        SendOutcome::Duplicate => w.u8(1),
+    }
+}
+
+fn read_send_outcome(r: &mut Reader<'_>) -> DecodeResult<SendOutcome> {
+    match r.u8()? {
+        0 => Ok(SendOutcome::Enqueued(SequenceNumber(r.i64()?))),
+        1 => Ok(SendOutcome::Duplicate),
+        _ => Err(r.corrupted("send outcome")),
+    }
+}
+
+fn message_state(state: MessageState) -> u8 {
+    match state {
+        MessageState::Active => 0,
+        MessageState::Deferred => 1,
+        MessageState::Scheduled => 2,
+    }
+}
+
+fn encode_received(w: &mut Writer, m: &ReceivedMessage) {
+    w.bytes(&encode_body(&m.message));
+    let b = &m.broker;
+    w.i64(b.sequence_number.0);
+    w.i64(b.enqueued_sequence_number.0);
+    w.i64(b.enqueued_time.as_millis());
+    w.u16(b.partition_id.0);
+    w.u32(b.delivery_count);
+    w.u8(message_state(b.state));
+    w.i64(b.expires_at.as_millis());
+    w.opt_str(&b.dead_letter_source);
+    w.opt_str(&b.dead_letter_reason);
+    w.opt_str(&b.dead_letter_error_description);
+    match &m.lock {
+        Some(lock) => {
+            w.u8(1);
+            w.array(lock.token.0.as_bytes());
+            w.i64(lock.locked_until.as_millis());
+        }
+        None => w.u8(0),
+    }
+}
+
+fn decode_received(r: &mut Reader<'_>) -> DecodeResult<ReceivedMessage> {
+    let message = Arc::new(decode_body(&r.bytes()?)?);
+    let broker = BrokerProperties {
+        sequence_number: SequenceNumber(r.i64()?),
+        enqueued_sequence_number: SequenceNumber(r.i64()?),
+        enqueued_time: Timestamp::from_millis(r.i64()?),
+        partition_id: PartitionId(r.u16()?),
+        delivery_count: r.u32()?,
+        state: match r.u8()? {
+            0 => MessageState::Active,
+            1 => MessageState::Deferred,
+            2 => MessageState::Scheduled,
+            _ => return Err(r.corrupted("message state")),
+        },
+        expires_at: Timestamp::from_millis(r.i64()?),
+        dead_letter_source: r.opt(Reader::str)?,
+        dead_letter_reason: r.opt(Reader::str)?,
+        dead_letter_error_description: r.opt(Reader::str)?,
+    };
+    let lock = r.opt(|r| {
+        Ok(MessageLock { token: lock_token(r)?, locked_until: Timestamp::from_millis(r.i64()?) })
+    })?;
+    Ok(ReceivedMessage { message, broker, lock })
+}
+
+/// A broker error as the caller's node will raise it. Variants whose fields are fixed names
+/// in the code (a field, a status, an operation) travel by those names and come back as the
+/// names this node knows, or a generic one.
+fn encode_error(w: &mut Writer, e: &BrokerError) {
+    match e {
+        BrokerError::EntityNotFound { entity } => {
+            w.u8(0);
+            w.str(entity);
+        }
+        BrokerError::EntityAlreadyExists { entity } => {
+            w.u8(1);
+            w.str(entity);
+        }
+        BrokerError::InvalidArgument { field, reason } => {
+            w.u8(2);
+            w.str(field);
+            w.str(reason);
+        }
+        BrokerError::InvalidOperation(reason) => {
+            w.u8(3);
+            w.str(reason);
+        }
+        BrokerError::QuotaExceeded(reason) => {
+            w.u8(4);
+            w.str(reason);
+        }
+        BrokerError::PartitionUnavailable { entity, partition } => {
+            w.u8(5);
+            w.str(entity);
+            w.u16(partition.0);
+        }
+        BrokerError::EntityDisabled { entity, status } => {
+            w.u8(6);
+            w.str(entity);
+            w.str(status);
+        }
+        BrokerError::MessageLockLost => w.u8(7),
+        BrokerError::MessageNotFound(n) => {
+            w.u8(8);
+            w.i64(n.0);
+        }
+        BrokerError::MessageSizeExceeded { size, max } => {
+            w.u8(9);
+            w.u64(*size as u64);
+            w.u64(*max as u64);
+        }
+        BrokerError::NoMatchingSubscription { entity } => {
+            w.u8(10);
+            w.str(entity);
+        }
+        BrokerError::Unimplemented(what) => {
+            w.u8(11);
+            w.str(what);
+        }
+        BrokerError::Store(e) => {
+            w.u8(12);
+            w.u8(match e.kind {
+                StoreErrorKind::Unavailable => 0,
+                StoreErrorKind::Corrupted => 1,
+                StoreErrorKind::InvalidInput => 2,
+                StoreErrorKind::Conflict => 3,
+                StoreErrorKind::Other => 4,
+            });
+            w.str(&e.message);
+        }
+        BrokerError::TransactionTimedOut => w.u8(13),
+        BrokerError::TransactionRolledBack(reason) => {
+            w.u8(14);
+            w.str(reason);
+        }
+        BrokerError::ShuttingDown => w.u8(15),
+    }
+}
+
+/// The fixed names [`encode_error`] sends by name.
+const STATUSES: [&str; 3] = ["Disabled", "SendDisabled", "ReceiveDisabled"];
+const FIELDS: [&str; 6] =
+    ["MessageId", "SessionId", "PartitionKey", "SequenceNumber", "PartitionId", "LockToken"];
+
+fn known(names: &[&'static str], name: &str, otherwise: &'static str) -> &'static str {
+    names.iter().find(|n| **n == name).copied().unwrap_or(otherwise)
+}
+
+fn decode_error(r: &mut Reader<'_>) -> DecodeResult<BrokerError> {
+    Ok(match r.u8()? {
+        0 => BrokerError::EntityNotFound { entity: r.str()? },
+        1 => BrokerError::EntityAlreadyExists { entity: r.str()? },
+        2 => {
+            let field = r.str()?;
+            let reason = r.str()?;
+            match known(&FIELDS, &field, "") {
+                "" => BrokerError::InvalidArgument {
+                    field: "request",
+                    reason: format!("{field}: {reason}"),
+                },
+                field => BrokerError::InvalidArgument { field, reason },
+            }
+        }
+        3 => BrokerError::InvalidOperation(r.str()?),
+        4 => BrokerError::QuotaExceeded(r.str()?),
+        5 => {
+            BrokerError::PartitionUnavailable { entity: r.str()?, partition: PartitionId(r.u16()?) }
+        }
+        6 => {
+            let entity = r.str()?;
+            let status = known(&STATUSES, &r.str()?, "Disabled");
+            BrokerError::EntityDisabled { entity, status }
+        }
+        7 => BrokerError::MessageLockLost,
+        8 => BrokerError::MessageNotFound(SequenceNumber(r.i64()?)),
+        9 => BrokerError::MessageSizeExceeded { size: r.u64()? as usize, max: r.u64()? as usize },
+        10 => BrokerError::NoMatchingSubscription { entity: r.str()? },
+        11 => {
+            let _ = r.str()?;
+            BrokerError::Unimplemented("an operation on another node")
+        }
+        12 => {
+            let kind = match r.u8()? {
+                0 => StoreErrorKind::Unavailable,
+                1 => StoreErrorKind::Corrupted,
+                2 => StoreErrorKind::InvalidInput,
+                3 => StoreErrorKind::Conflict,
+                _ => StoreErrorKind::Other,
+            };
+            BrokerError::Store(StoreError::new(kind, r.str()?))
+        }
+        13 => BrokerError::TransactionTimedOut,
+        14 => BrokerError::TransactionRolledBack(r.str()?),
+        15 => BrokerError::ShuttingDown,
+        _ => return Err(r.corrupted("broker error")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::message::ApplicationProperties;
+
+    fn sample_requests() -> Vec<LinkRequest> {
+        let message = Arc::new(Message::new("body").with_message_id("m1"));
+        let token = LockToken::generate(PartitionId(3));
+        let transfer = TransferId { source: 7, sequence_number: SequenceNumber(9) };
+        vec![
+            LinkRequest::Send(vec![message.clone(), message.clone()]),
+            LinkRequest::Transfer(vec![(transfer, message)]),
+            LinkRequest::ForgetTransfers(vec![transfer]),
+            LinkRequest::Cancel(vec![SequenceNumber(1), SequenceNumber(2)]),
+            LinkRequest::Settle {
+                queue: SubQueue::DeadLetter,
+                items: vec![
+                    (token, Disposition::Complete),
+                    (
+                        token,
+                        Disposition::DeadLetter {
+                            reason: Some("why".into()),
+                            description: None,
+                            properties: ApplicationProperties::default(),
+                        },
+                    ),
+                ],
+            },
+            LinkRequest::RenewLock { queue: SubQueue::Main, token },
+            LinkRequest::ReceiveDeferred {
+                queue: SubQueue::Main,
+                sequence_numbers: vec![SequenceNumber(4)],
+                mode: ReceiveMode::ReceiveAndDelete,
+            },
+            LinkRequest::Peek { queue: SubQueue::Main, from: SequenceNumber(0), max: 10 },
+            LinkRequest::Counts,
+            LinkRequest::Pull { queue: SubQueue::Main, mode: ReceiveMode::PeekLock, max: 5 },
+        ]
+    }
+
+    #[test]
+    fn requests_round_trip_and_every_truncation_is_an_error() {
+        let at = PartitionRef { entity: 12, partition: 3 };
+        for request in sample_requests() {
+            let bytes = encode_request(at, 99, &request);
+            let (back_at, lane, back) = decode_request(&bytes).expect("decodes");
+            assert_eq!((back_at, lane), (at, 99));
+            assert_eq!(format!("{back:?}"), format!("{request:?}"));
+            for cut in 0..bytes.len() {
+                assert!(decode_request(&bytes[..cut]).is_err(), "{request:?} cut at {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn replies_round_trip_errors_included() {
+        let replies = [
+            LinkReply::Sent(vec![SendOutcome::Enqueued(SequenceNumber(3)), SendOutcome::Duplicate]),
+            LinkReply::Settled(vec![Ok(()), Err(BrokerError::MessageLockLost)]),
+            LinkReply::Renewed(Timestamp::from_millis(1234)),
+            LinkReply::Failed(BrokerError::PartitionUnavailable {
+                entity: "q".into(),
+                partition: PartitionId(2),
+            }),
+            LinkReply::Failed(BrokerError::EntityDisabled {
+                entity: "q".into(),
+                status: "SendDisabled",
+            }),
+            LinkReply::Failed(BrokerError::InvalidArgument {
+                field: "SessionId",
+                reason: "too long".into(),
+            }),
+        ];
+        for reply in replies {
+            let back = decode_reply(&encode_reply(&reply)).expect("decodes");
+            assert_eq!(format!("{back:?}"), format!("{reply:?}"));
+        }
+    }
+
+    #[test]
+    fn a_count_larger_than_the_call_reserves_nothing() {
+        let mut bytes = encode_request(
+            PartitionRef { entity: 1, partition: 0 },
+            1,
+            &LinkRequest::Cancel(vec![]),
+        )
+        .to_vec();
+        let count_at = bytes.len() - 4;
+        bytes[count_at..].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode_request(&bytes).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_decode_or_fail_without_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = decode_request(&bytes);
+            let _ = decode_reply(&bytes);
+            let mut versioned = bytes.clone();
+            versioned.insert(0, LINK_V1);
+            let _ = decode_request(&versioned);
+            let _ = decode_reply(&versioned);
+        }
+    }
+}

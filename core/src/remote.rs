@@ -1,0 +1,394 @@
+//! Reaching a partition on another node (`CLUSTER.md` §3): the core's half of the cluster's
+//! internal link. The link itself (sockets, admission) is a [`Peer`] the binary provides; the
+//! core encodes each request (`codec/link.rs`), and serves other nodes' requests with
+//! [`Broker::serve_link`].
+//!
+//! - Request/reply commands (send, transfer, settle, renew, peek, deferred receive, cancel,
+//!   counts) travel as one call each. A lost link or a time-out is the retriable
+//!   `PartitionUnavailable`, which the SDKs retry.
+//! - Receivers **borrow credit**: for each receiver registered with a remote partition, a pull
+//!   loop reserves up to [`MAX_PULL`] units of the receiver's credit and lends them to the
+//!   owner, which delivers against them to a stand-in receiver in one cycle (a drain); the
+//!   loop hands over what came and gives back the rest at once, nudging the receiver's other
+//!   partitions. A pull that exhausted its partition waits [`PULL_IDLE`] before the next one,
+//!   holding no credit. A receiver therefore never holds more than its credit, however many
+//!   nodes serve it, and no credit waits on an empty partition.
+//! - Not yet across nodes: transactions, sessions, scheduling into a reserved number
+//!   (they answer `Unimplemented`), and the size quota (a node counts only the partitions it
+//!   runs).
+//!
+//! **Architecture Invariant:** a node serves a link request only for a partition that runs on
+//! it; otherwise it answers `PartitionUnavailable` (the caller's view is stale), so a request
+//! is never forwarded twice.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use crate::broker::{Broker, PartitionRef};
+use crate::clock::Clock;
+use crate::codec::link::{decode_reply, decode_request, encode_reply, encode_request};
+use crate::codec::link::{LinkReply, LinkRequest};
+use crate::error::{BrokerError, Result};
+use crate::partition::{Command, LaneId, RemotePartition, Route};
+use crate::receiver::ReceiverShared;
+use crate::types::PartitionId;
+
+/// The most messages one pull borrows credit for.
+pub const MAX_PULL: u32 = 64;
+/// How long a receiver's pull loop waits after a pull that found its partition exhausted,
+/// holding no credit meanwhile (so that other partitions can use it).
+pub const PULL_IDLE: Duration = Duration::from_millis(50);
+/// The most messages one peek over the link returns (a client asks for far fewer).
+const MAX_PEEK: usize = 4096;
+/// How long a receiver's pull waits after its owner could not be reached.
+const RETRY_AFTER: Duration = Duration::from_millis(200);
+
+/// One other node of the cluster, as the link reaches it.
+#[async_trait]
+pub trait Peer: Send + Sync + fmt::Debug + 'static {
+    /// Sends one request to the node and returns its answer (what [`Broker::serve_link`]
+    /// returned there).
+    async fn call(&self, request: Bytes) -> std::result::Result<Bytes, PeerError>;
+}
+
+/// Why a call over the link failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cluster link: {message}")]
+pub struct PeerError {
+    /// Whether the same call may succeed later (the node unreachable, a time-out, a lost
+    /// connection); not so for a refused admission or a malformed answer.
+    pub retriable: bool,
+    pub message: String,
+}
+
+/// A partition whose owner is another node (the route's target there).
+pub(crate) struct LinkedPartition {
+    peer: Arc<dyn Peer>,
+    at: PartitionRef,
+    entity_name: String,
+    clock: Arc<dyn Clock>,
+    /// Pull loops by receiver id, stopped on detach or when the route moves.
+    pulls: Mutex<HashMap<u64, oneshot::Sender<()>>>,
+}
+
+impl fmt::Debug for LinkedPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LinkedPartition").field("at", &self.at).field("peer", &self.peer).finish()
+    }
+}
+
+impl LinkedPartition {
+    pub(crate) fn new(
+        peer: Arc<dyn Peer>,
+        at: PartitionRef,
+        entity_name: &str,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        LinkedPartition {
+            peer,
+            at,
+            entity_name: entity_name.to_owned(),
+            clock,
+            pulls: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn pulls(&self) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<()>>> {
+        self.pulls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends `request` and answers `reply` with what `answer` makes of the reply.
+    fn ask<T: Send + 'static>(
+        &self,
+        lane: LaneId,
+        request: LinkRequest,
+        reply: oneshot::Sender<Result<T>>,
+        answer: impl FnOnce(LinkReply) -> Option<T> + Send + 'static,
+    ) {
+        let call = self.call(lane, request);
+        tokio::spawn(async move {
+            let _ = reply.send(call.await.and_then(|r| expect(r, answer)));
+        });
+    }
+
+    fn call(
+        &self,
+        lane: LaneId,
+        request: LinkRequest,
+    ) -> impl std::future::Future<Output = Result<LinkReply>> + Send + 'static {
+        call(self.peer.clone(), self.at, &self.entity_name, lane, request)
+    }
+
+    fn start_pull(&self, lane: LaneId, receiver: Arc<ReceiverShared>) {
+        let (stop, mut stopped) = oneshot::channel();
+        self.pulls().insert(receiver.id, stop);
+        let (peer, at, name) = (self.peer.clone(), self.at, self.entity_name.clone());
+        let clock = self.clock.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => return,
+                    () = receiver.credit_or_close() => {}
+                }
+                if receiver.is_closed() {
+                    return;
+                }
+                let max = receiver.reserve_up_to(MAX_PULL);
+                if max == 0 {
+                    continue;
+                }
+                let request = LinkRequest::Pull { queue: receiver.queue, mode: receiver.mode, max };
+                let pulled = call(peer.clone(), at, &name, lane, request).await;
+                let (messages, failed) = match pulled.and_then(|r| expect(r, messages)) {
+                    Ok(messages) => (messages, false),
+                    Err(e) => {
+                        tracing::debug!(entity = %name, partition = at.partition, error = %e, "pull failed");
+                        (Vec::new(), true)
+                    }
+                };
+                let unused = max.saturating_sub(messages.len() as u32);
+                for message in messages.into_iter().take(max as usize) {
+                    receiver.deliver(message);
+                }
+                receiver.give_back(unused);
+                if unused > 0 {
+                    // The partition is exhausted (or its owner unreachable): look again a
+                    // little later, not in a tight loop.
+                    let pause = if failed { RETRY_AFTER } else { PULL_IDLE };
+                    let again = clock.now().saturating_add(pause);
+                    tokio::select! {
+                        _ = &mut stopped => return,
+                        () = clock.sleep_until(again) => {}
+                    }
+                }
+            }
+        });
+    }
+}
+
+impl RemotePartition for LinkedPartition {
+    fn submit(&self, lane: LaneId, command: Command) {
+        match command {
+            Command::Send { messages, reply } => {
+                self.ask(lane, LinkRequest::Send(messages), reply, |r| match r {
+                    LinkReply::Sent(outcomes) => Some(outcomes),
+                    _ => None,
+                });
+            }
+            Command::Transfer { transfers, reply } => {
+                self.ask(lane, LinkRequest::Transfer(transfers), reply, |r| match r {
+                    LinkReply::Transferred(outcomes) => Some(outcomes),
+                    _ => None,
+                });
+            }
+            Command::ForgetTransfers(ids) => {
+                let call = self.call(lane, LinkRequest::ForgetTransfers(ids));
+                tokio::spawn(async move { drop(call.await) });
+            }
+            Command::Cancel { sequence_numbers, reply } => {
+                self.ask(lane, LinkRequest::Cancel(sequence_numbers), reply, |r| match r {
+                    LinkReply::Done => Some(()),
+                    _ => None,
+                });
+            }
+            Command::Settle { queue, items, reply } => {
+                self.ask(lane, LinkRequest::Settle { queue, items }, reply, |r| match r {
+                    LinkReply::Settled(outcomes) => Some(outcomes),
+                    _ => None,
+                });
+            }
+            Command::RenewLock { queue, token, reply } => {
+                self.ask(lane, LinkRequest::RenewLock { queue, token }, reply, |r| match r {
+                    LinkReply::Renewed(until) => Some(until),
+                    _ => None,
+                });
+            }
+            Command::ReceiveDeferred { queue, sequence_numbers, mode, reply } => {
+                let request = LinkRequest::ReceiveDeferred { queue, sequence_numbers, mode };
+                self.ask(lane, request, reply, messages);
+            }
+            Command::Peek { queue, from, max, reply } => {
+                let max = u32::try_from(max).unwrap_or(u32::MAX);
+                self.ask(lane, LinkRequest::Peek { queue, from, max }, reply, messages);
+            }
+            Command::Counts { reply } => {
+                self.ask(lane, LinkRequest::Counts, reply, |r| match r {
+                    LinkReply::Counts(counts) => Some(counts),
+                    _ => None,
+                });
+            }
+            Command::Attach(receiver) => self.start_pull(lane, receiver),
+            Command::Detach(id) => {
+                if let Some(stop) = self.pulls().remove(&id) {
+                    let _ = stop.send(());
+                }
+            }
+            // Management reaches the owner through the namespace, not the link; pulls poll.
+            Command::Deliver
+            | Command::Update(_)
+            | Command::AddLane(_)
+            | Command::Configure(_)
+            | Command::Filtering(_)
+            | Command::Close => {}
+            Command::RemoveLane(reply) => drop(reply.send(Ok(()))),
+            command @ (Command::Drain(_) | Command::Stop(_)) => {
+                command.refuse(&BrokerError::ShuttingDown);
+            }
+            command => command.refuse(&BrokerError::Unimplemented(
+                "transactions and sessions on a partition another cluster node runs",
+            )),
+        }
+    }
+
+    fn close(&self) {
+        for (_, stop) in self.pulls().drain() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+fn messages(reply: LinkReply) -> Option<Vec<crate::message::ReceivedMessage>> {
+    match reply {
+        LinkReply::Messages(messages) => Some(messages),
+        _ => None,
+    }
+}
+
+/// A reply of the kind `answer` expects, the owner's error, or a protocol error.
+fn expect<T>(reply: LinkReply, answer: impl FnOnce(LinkReply) -> Option<T>) -> Result<T> {
+    match reply {
+        LinkReply::Failed(e) => Err(e),
+        reply => answer(reply).ok_or_else(|| {
+            BrokerError::InvalidOperation("cluster link: an answer of the wrong kind".into())
+        }),
+    }
+}
+
+fn call(
+    peer: Arc<dyn Peer>,
+    at: PartitionRef,
+    entity_name: &str,
+    lane: LaneId,
+    request: LinkRequest,
+) -> impl std::future::Future<Output = Result<LinkReply>> + Send + 'static {
+    let bytes = encode_request(at, lane, &request);
+    let unavailable = BrokerError::PartitionUnavailable {
+        entity: entity_name.to_owned(),
+        partition: PartitionId(at.partition),
+    };
+    async move {
+        match peer.call(bytes).await {
+            Ok(answer) => decode_reply(&answer).map_err(|e| {
+                BrokerError::InvalidOperation(format!("cluster link: a malformed answer: {e}"))
+            }),
+            Err(e) if e.retriable => {
+                tracing::debug!(error = %e, "link call failed");
+                Err(unavailable)
+            }
+            Err(e) => Err(BrokerError::InvalidOperation(e.to_string())),
+        }
+    }
+}
+
+impl Broker {
+    /// Serves one request another node sent over the cluster's link, for a partition that
+    /// runs on this node, and returns the answer to send back. Malformed requests and
+    /// partitions that do not run here are answered with errors, never a panic.
+    pub async fn serve_link(&self, request: &[u8]) -> Bytes {
+        let reply = match decode_request(request) {
+            Ok((at, lane, request)) => {
+                self.serve_call(at, lane, request).await.unwrap_or_else(LinkReply::Failed)
+            }
+            Err(e) => LinkReply::Failed(BrokerError::InvalidOperation(format!(
+                "cluster link: a malformed request: {e}"
+            ))),
+        };
+        encode_reply(&reply)
+    }
+
+    async fn serve_call(
+        &self,
+        at: PartitionRef,
+        lane: LaneId,
+        request: LinkRequest,
+    ) -> Result<LinkReply> {
+        let (entity, index) = self.partition_of(at)?;
+        let route = entity.partitions[index].route.clone();
+        if !route.is_local() {
+            return Err(BrokerError::PartitionUnavailable {
+                entity: entity.path.to_string(),
+                partition: PartitionId(at.partition),
+            });
+        }
+        Ok(match request {
+            LinkRequest::Send(messages) => LinkReply::Sent(
+                ask_route(&route, lane, |reply| Command::Send { messages, reply }).await?,
+            ),
+            LinkRequest::Transfer(transfers) => LinkReply::Transferred(
+                ask_route(&route, lane, |reply| Command::Transfer { transfers, reply }).await?,
+            ),
+            LinkRequest::ForgetTransfers(ids) => {
+                route.send(lane, Command::ForgetTransfers(ids));
+                LinkReply::Done
+            }
+            LinkRequest::Cancel(sequence_numbers) => {
+                ask_route(&route, lane, |reply| Command::Cancel { sequence_numbers, reply })
+                    .await?;
+                LinkReply::Done
+            }
+            LinkRequest::Settle { queue, items } => LinkReply::Settled(
+                ask_route(&route, lane, |reply| Command::Settle { queue, items, reply }).await?,
+            ),
+            LinkRequest::RenewLock { queue, token } => LinkReply::Renewed(
+                ask_route(&route, lane, |reply| Command::RenewLock { queue, token, reply }).await?,
+            ),
+            LinkRequest::ReceiveDeferred { queue, sequence_numbers, mode } => LinkReply::Messages(
+                ask_route(&route, lane, |reply| Command::ReceiveDeferred {
+                    queue,
+                    sequence_numbers,
+                    mode,
+                    reply,
+                })
+                .await?,
+            ),
+            LinkRequest::Peek { queue, from, max } => {
+                let max = (max as usize).min(MAX_PEEK);
+                LinkReply::Messages(
+                    ask_route(&route, lane, |reply| Command::Peek { queue, from, max, reply })
+                        .await?,
+                )
+            }
+            LinkRequest::Counts => {
+                LinkReply::Counts(ask_route(&route, lane, |reply| Command::Counts { reply }).await?)
+            }
+            LinkRequest::Pull { queue, mode, max } => {
+                let stand_in = Arc::new(ReceiverShared::new(self.new_receiver_id(), mode, queue));
+                stand_in.lend(max.min(MAX_PULL));
+                route.send(lane, Command::Attach(stand_in.clone()));
+                let (drained, delivered) = oneshot::channel();
+                route.send(lane, Command::Drain(drained));
+                let _ = delivered.await;
+                let messages = stand_in.reclaim().await;
+                route.send(lane, Command::Detach(stand_in.id));
+                LinkReply::Messages(messages)
+            }
+        })
+    }
+}
+
+/// Sends a command to lane `lane` through `route` and waits for its answer.
+async fn ask_route<T: Send + 'static>(
+    route: &Route,
+    lane: LaneId,
+    make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command,
+) -> Result<T> {
+    let (tx, rx) = oneshot::channel();
+    route.send(lane, make(tx));
+    rx.await.unwrap_or(Err(BrokerError::ShuttingDown))
+}
