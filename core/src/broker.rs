@@ -15,6 +15,7 @@
 //! - `broker/sessions.rs` — accepting sessions and the [`SessionReceiver`] that holds one.
 //! - `broker/cluster.rs` — a cluster node's side: acquiring and releasing partitions, routes to
 //!   their owners, serving other nodes' requests.
+//! - `broker/namespace.rs` — the namespace's version, and applying what other nodes changed.
 //! - `broker/forwarding.rs` — auto-forwarding: its configuration rules and the forwarder.
 //! - `broker/transactions.rs` — local transactions, committed as one write on their via
 //!   partition.
@@ -25,6 +26,7 @@
 
 mod cluster;
 mod forwarding;
+mod namespace;
 mod queues;
 mod receiving;
 mod sending;
@@ -166,6 +168,8 @@ struct Inner {
     management: tokio::sync::Mutex<()>,
     next_entity_id: AtomicU64,
     next_receiver_id: AtomicU64,
+    /// The namespace version this node's view holds (`broker/namespace.rs`).
+    namespace_version: AtomicU64,
 }
 
 /// The broker engine. Cheap to clone; every clone is the same broker.
@@ -236,25 +240,12 @@ impl Broker {
             management: tokio::sync::Mutex::new(()),
             next_entity_id: AtomicU64::new(next_entity_id),
             next_receiver_id: AtomicU64::new(1),
+            namespace_version: AtomicU64::new(0),
         });
         let broker = Broker { inner };
-        let prefix = keys::entities_prefix();
-        let end = crate::store::prefix_end(&prefix);
-        let mut start = prefix.to_vec();
-        let mut records = Vec::new();
-        loop {
-            let page = broker.namespace_store().scan(&start, &end, 256).await?;
-            for (_, value) in &page {
-                records.push(codec::decode_entity(value)?);
-            }
-            match page.last() {
-                Some((last, _)) if page.len() == 256 => {
-                    start = last.to_vec();
-                    start.push(0);
-                }
-                _ => break,
-            }
-        }
+        let version = broker.stored_namespace_version().await?;
+        broker.inner.namespace_version.store(version, Ordering::Release);
+        let records = broker.read_records().await?;
         broker.start_all(records)?;
         Ok(broker)
     }
@@ -465,7 +456,7 @@ impl Broker {
                 )))
             }
         };
-        let _guard = self.inner.management.lock().await;
+        let _guard = self.manage().await;
         {
             let entities = self.entities();
             if entities.contains_key(path.key()) {
@@ -519,7 +510,7 @@ impl Broker {
         }
         batch.put(keys::next_entity_id(), codec::encode_partition(id + 1));
         batch.put(keys::entity(path.key()), codec::encode_entity(&record));
-        self.namespace_store().write(batch).await?;
+        self.write_namespace(batch).await?;
         self.inner.next_entity_id.store(id + 1, Ordering::Release);
         let handle = self.start_entity(record.clone(), &[])?;
         self.entities_mut().insert(path.key().to_owned(), handle.clone());
@@ -591,7 +582,7 @@ impl Broker {
         record.updated_at = self.inner.clock.now();
         let mut batch = WriteBatch::new();
         batch.put(keys::entity(path.key()), codec::encode_entity(record));
-        Ok(self.namespace_store().write(batch).await?)
+        self.write_namespace(batch).await
     }
 
     /// Replaces an entity's description with one of the same kind. The properties fixed at
@@ -601,7 +592,7 @@ impl Broker {
         path: &EntityPath,
         description: EntityDescription,
     ) -> Result<EntityInfo> {
-        let _guard = self.inner.management.lock().await;
+        let _guard = self.manage().await;
         let entity = self.entity(path)?;
         let record = entity.record();
         if record.description.kind() != description.kind() {
@@ -622,7 +613,7 @@ impl Broker {
 
     /// Deletes an entity and every message in it. Every partition must be available.
     pub async fn delete_entity(&self, path: &EntityPath) -> Result<()> {
-        let _guard = self.inner.management.lock().await;
+        let _guard = self.manage().await;
         let entity = self.entity(path)?;
         match entity.kind {
             EntityKind::Queue => self.delete_queue_entity(entity).await,

@@ -5,6 +5,7 @@
 //!                                         subscription (`t/subscriptions/s`) or rule (`…/rules/r`)
 //! n i                                     next entity id (u64 big-endian)
 //! n c                                     number of stores the namespace was created with
+//! n v                                     namespace version: moves with every management write
 //! p <entity id u64> <partition u16> s     partition record (sequence counter)
 //! p <entity id u64> <partition u16> b <seq u64>   message body (what the sender sent; written once)
 //! p <entity id u64> <partition u16> m <seq u64>   meta record of a message in the main queue
@@ -44,6 +45,7 @@ const NAMESPACE: u8 = b'n';
 const ENTITY: u8 = b'e';
 const NEXT_ENTITY_ID: u8 = b'i';
 const STORE_COUNT: u8 = b'c';
+const NAMESPACE_VERSION: u8 = b'v';
 const PARTITION: u8 = b'p';
 const PARTITION_RECORD: u8 = b's';
 const DEDUP: u8 = b'u';
@@ -73,6 +75,13 @@ pub fn entities_prefix() -> Bytes {
 
 pub fn next_entity_id() -> Bytes {
     Bytes::from_static(&[NAMESPACE, NEXT_ENTITY_ID])
+}
+
+/// The namespace's version (u64 big-endian), which every management write moves by
+/// compare-and-set: cluster nodes write the namespace one at a time and learn of each other's
+/// changes by reading it (`broker/namespace.rs`).
+pub fn namespace_version() -> Bytes {
+    Bytes::from_static(&[NAMESPACE, NAMESPACE_VERSION])
 }
 
 pub fn store_count() -> Bytes {

@@ -6,6 +6,8 @@
 //! - A receiver never holds more than the credit it was given, served by three nodes.
 //! - Moving partitions between brokers under load loses and duplicates nothing.
 //! - A stale owner's write is refused and leaves nothing behind.
+//! - Entities created, updated and deleted through one node reach the others, and two nodes
+//!   never write the namespace from the same view.
 //!
 //! The brokers run on the system clock: a pull waits for messages on the owner's clock.
 //! `guard` only bounds each operation against a hang.
@@ -20,15 +22,16 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use ironbus_core::remote::{Peer, PeerError};
 use ironbus_core::{
-    Broker, BrokerError, BrokerOptions, Clock, Message, PartitionRef, QueueDescription,
-    ReceiveMode, Receiver, SendOutcome, SequenceNumber, Store, SystemClock,
+    Broker, BrokerError, BrokerOptions, Clock, EntityDescription, Message, PartitionRef,
+    QueueDescription, ReceiveMode, Receiver, SendOutcome, SequenceNumber, Store,
+    SubscriptionDescription, SystemClock, TopicDescription,
 };
 use ironbus_store_memory::MemoryStore;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 mod common;
-use common::guard;
+use common::{guard, path};
 
 const NODES: usize = 3;
 const PARTITIONS: u16 = 16;
@@ -103,6 +106,15 @@ impl Cluster {
         for (i, node) in self.nodes.iter().enumerate() {
             if i != to {
                 guard(node.route_remote(at, self.peers[to].clone())).await.unwrap();
+            }
+        }
+    }
+
+    /// Deals the partitions no node runs yet (an entity created since) round the nodes.
+    async fn deal_new_partitions(&mut self) {
+        for (i, at) in self.nodes[0].partition_refs().into_iter().enumerate() {
+            if !self.owner.contains_key(&at) {
+                self.move_to(at, i % NODES).await;
             }
         }
     }
@@ -301,4 +313,79 @@ async fn a_stale_owners_write_is_refused() {
     let sent = guard(cluster.nodes[1].send(QUEUE, vec![m])).await.unwrap();
     assert!(matches!(sent[0], SendOutcome::Enqueued(_)));
     assert_eq!(counts(&cluster.nodes[1]).await, 1, "only the new owner's message");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_changes_through_one_node_reach_the_others() {
+    let mut cluster = Cluster::start(Arc::new(MemoryStore::new()), queue()).await;
+    // A topic through node 2; its subscription through node 1, which learns of the topic
+    // first (a cluster node re-reads the namespace before each management operation).
+    let topic = TopicDescription { enable_partitioning: true, ..Default::default() };
+    guard(cluster.nodes[2].create_entity(&path("events"), EntityDescription::Topic(topic)))
+        .await
+        .expect("create the topic");
+    let subscription = EntityDescription::Subscription(SubscriptionDescription::default());
+    guard(cluster.nodes[1].create_entity(&path("events/Subscriptions/all"), subscription))
+        .await
+        .expect("create the subscription through another node");
+    assert!(guard(cluster.nodes[0].refresh_namespace()).await.unwrap(), "node 0 saw a change");
+    assert!(!guard(cluster.nodes[0].refresh_namespace()).await.unwrap(), "and nothing since");
+    guard(cluster.nodes[2].refresh_namespace()).await.unwrap();
+    cluster.deal_new_partitions().await;
+
+    // Published through node 0, received from the subscription through node 2.
+    for id in 0..40 {
+        guard(cluster.nodes[0].send("events", vec![message(id)])).await.expect("publish");
+    }
+    let receiver = cluster.nodes[2]
+        .open_receiver("events/Subscriptions/all", ReceiveMode::ReceiveAndDelete)
+        .await
+        .unwrap();
+    receiver.add_credit(100);
+    let mut got = BTreeSet::new();
+    while got.len() < 40 {
+        let m = guard(receiver.recv()).await.expect("a copy");
+        got.insert(String::from_utf8(m.message.body.to_vec()).unwrap());
+    }
+    assert_eq!(got.len(), 40);
+
+    // An update through node 0 reaches node 2; a delete through node 1 reaches node 0.
+    let updated = QueueDescription { max_delivery_count: 3, ..queue() };
+    guard(cluster.nodes[0].update_queue(QUEUE, updated)).await.expect("update");
+    guard(cluster.nodes[2].refresh_namespace()).await.unwrap();
+    let seen = guard(cluster.nodes[2].get_queue(QUEUE)).await.unwrap();
+    assert_eq!(seen.description.max_delivery_count, 3);
+    guard(cluster.nodes[1].delete_queue(QUEUE)).await.expect("delete");
+    guard(cluster.nodes[0].refresh_namespace()).await.unwrap();
+    assert!(matches!(
+        guard(cluster.nodes[0].get_queue(QUEUE)).await,
+        Err(BrokerError::EntityNotFound { .. })
+    ));
+    assert_eq!(
+        cluster.nodes[0].partition_refs().len(),
+        usize::from(PARTITIONS),
+        "only the topic's partitions are left to share out"
+    );
+}
+
+#[tokio::test]
+async fn two_nodes_never_write_the_namespace_from_the_same_view() {
+    // Two brokers that do not re-read the namespace before their operations (not cluster
+    // nodes): the second write from a stale view is refused, retriably, and succeeds when
+    // retried, the node having learnt the first.
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let a = guard(Broker::open_with(vec![store.clone()], clock.clone(), BrokerOptions::default()))
+        .await
+        .unwrap();
+    let b = guard(Broker::open_with(vec![store], clock, BrokerOptions::default())).await.unwrap();
+    guard(a.create_queue("first", QueueDescription::default())).await.unwrap();
+    let stale = guard(b.create_queue("second", QueueDescription::default())).await;
+    assert!(matches!(&stale, Err(e) if e.is_retriable()), "a write from a stale view: {stale:?}");
+    guard(b.create_queue("second", QueueDescription::default())).await.expect("the retry");
+    guard(b.get_queue("first")).await.expect("b learnt of the first queue");
+    assert!(guard(a.get_queue("second")).await.is_err(), "a has not re-read yet");
+    guard(a.refresh_namespace()).await.unwrap();
+    let second = guard(a.get_queue("second")).await.expect("a learnt of the second queue");
+    assert_eq!(second.name, "second");
 }

@@ -214,7 +214,7 @@ impl Broker {
         let prefix = keys::entity_prefix(entity.id);
         let end = crate::store::prefix_end(&prefix);
         batch.delete_range(prefix.clone(), end.clone());
-        self.namespace_store().write(batch).await?;
+        self.write_namespace(batch).await?;
         self.entities_mut().remove(entity.path.key());
         entity.close();
         // The entity record is gone, so what other stores hold of it is unreachable (ids are

@@ -148,7 +148,7 @@ impl Broker {
     }
 
     /// The handle of a subscription: its topic's partitions, reached at its lanes.
-    fn subscription_handle(
+    pub(super) fn subscription_handle(
         &self,
         record: EntityRecord,
         topic: &EntityHandle,
@@ -196,7 +196,7 @@ impl Broker {
             .map_err(|e| BrokerError::invalid("RuleName", e.to_string()))?;
         let rules = RuleSet::compile(&[(rule_name.clone(), rule.clone())])?;
 
-        let _guard = self.inner.management.lock().await;
+        let _guard = self.manage().await;
         let topic = self.parent_of(path, EntityKind::Topic)?;
         if self.entities().contains_key(path.key()) {
             return Err(BrokerError::EntityAlreadyExists { entity: path.to_string() });
@@ -231,7 +231,7 @@ impl Broker {
         batch.put(keys::next_entity_id(), codec::encode_partition(id + 2));
         batch.put(keys::entity(path.key()), codec::encode_entity(&record));
         batch.put(keys::entity(rule_path.key()), codec::encode_entity(&rule_record));
-        self.namespace_store().write(batch).await?;
+        self.write_namespace(batch).await?;
         self.inner.next_entity_id.store(id + 2, std::sync::atomic::Ordering::Release);
 
         let config = lane_config(path, &topic_description, &description, rules);
@@ -263,7 +263,7 @@ impl Broker {
     ) -> Result<EntityInfo> {
         validate_child_name("RuleName", path.name())?;
         crate::rules::compile_rule(path.name(), &rule)?;
-        let _guard = self.inner.management.lock().await;
+        let _guard = self.manage().await;
         let subscription = self.parent_of(path, EntityKind::Subscription)?;
         if self.entities().contains_key(path.key()) {
             return Err(BrokerError::EntityAlreadyExists { entity: path.to_string() });
@@ -282,7 +282,7 @@ impl Broker {
         let mut batch = WriteBatch::new();
         batch.put(keys::next_entity_id(), codec::encode_partition(id + 1));
         batch.put(keys::entity(path.key()), codec::encode_entity(&record));
-        self.namespace_store().write(batch).await?;
+        self.write_namespace(batch).await?;
         self.inner.next_entity_id.store(id + 1, std::sync::atomic::Ordering::Release);
         let handle = self.start_entity(record.clone(), &[])?;
         self.entities_mut().insert(path.key().to_owned(), handle);
@@ -387,7 +387,7 @@ impl Broker {
                 batch.delete_range(prefix, end);
             }
         }
-        self.namespace_store().write(batch).await?;
+        self.write_namespace(batch).await?;
         {
             let mut entities = self.entities_mut();
             for e in &gone {
@@ -470,7 +470,11 @@ impl Broker {
     }
 
     /// The entity a subscription or rule path's parent names, which must be of `kind`.
-    fn parent_of(&self, path: &EntityPath, kind: EntityKind) -> Result<Arc<EntityHandle>> {
+    pub(super) fn parent_of(
+        &self,
+        path: &EntityPath,
+        kind: EntityKind,
+    ) -> Result<Arc<EntityHandle>> {
         let parent = path
             .parent()
             .ok_or_else(|| BrokerError::EntityNotFound { entity: path.to_string() })?;
@@ -481,7 +485,7 @@ impl Broker {
     }
 
     /// The entities of `kind` directly under `parent`, ordered by key.
-    fn children(&self, parent: &EntityPath, kind: EntityKind) -> Vec<Arc<EntityHandle>> {
+    pub(super) fn children(&self, parent: &EntityPath, kind: EntityKind) -> Vec<Arc<EntityHandle>> {
         let mut children: Vec<Arc<EntityHandle>> = self
             .entities()
             .values()
@@ -537,7 +541,7 @@ impl Broker {
     }
 
     /// Compiles a subscription's rules and hands them, with its settings, to its lanes.
-    fn reconfigure(&self, subscription: &EntityHandle) -> Result<()> {
+    pub(super) fn reconfigure(&self, subscription: &EntityHandle) -> Result<()> {
         let topic = self.parent_of(&subscription.path, EntityKind::Topic)?;
         let EntityDescription::Subscription(description) = subscription.record().description else {
             return Ok(());
@@ -571,7 +575,7 @@ fn topic_description(topic: &EntityHandle) -> Result<TopicDescription> {
     }
 }
 
-fn lane_config(
+pub(super) fn lane_config(
     path: &EntityPath,
     topic: &TopicDescription,
     subscription: &SubscriptionDescription,
