@@ -4,7 +4,7 @@
 //! [`Broker::serve_link`].
 //!
 //! - Request/reply commands (send, transfer, settle, renew, peek, deferred receive, cancel,
-//!   counts) travel as one call each. A lost link or a time-out is the retriable
+//!   counts, a transaction's reservations and commit) travel as one call each. A lost link or a time-out is the retriable
 //!   `PartitionUnavailable`, which the SDKs retry.
 //! - Receivers **borrow credit**: for each receiver registered with a remote partition, a pull
 //!   loop reserves up to [`MAX_PULL`] units of the receiver's credit and lends them to the
@@ -13,9 +13,8 @@
 //!   partitions. A pull that exhausted its partition waits [`PULL_IDLE`] before the next one,
 //!   holding no credit. A receiver therefore never holds more than its credit, however many
 //!   nodes serve it, and no credit waits on an empty partition.
-//! - Not yet across nodes: transactions, sessions, scheduling into a reserved number
-//!   (they answer `Unimplemented`), and the size quota (a node counts only the partitions it
-//!   runs).
+//! - Not yet across nodes: sessions (they answer `Unimplemented`), and the size quota (a
+//!   node counts only the partitions it runs).
 //!
 //! **Architecture Invariant:** a node serves a link request only for a partition that runs on
 //! it; otherwise it answers `PartitionUnavailable` (the caller's view is stale), so a request
@@ -44,6 +43,9 @@ pub const MAX_PULL: u32 = 64;
 /// How long a receiver's pull loop waits after a pull that found its partition exhausted,
 /// holding no credit meanwhile (so that other partitions can use it).
 pub const PULL_IDLE: Duration = Duration::from_millis(50);
+/// The most sequence numbers one reservation over the link takes (a transaction holds at most
+/// 100 operations).
+const MAX_RESERVE: usize = 100;
 /// The most messages one peek over the link returns (a client asks for far fewer).
 const MAX_PEEK: usize = 4096;
 /// How long a receiver's pull waits after its owner could not be reached.
@@ -223,6 +225,23 @@ impl RemotePartition for LinkedPartition {
                     _ => None,
                 });
             }
+            Command::Commit { work, reply } => {
+                self.ask(lane, LinkRequest::Commit(work), reply, |r| match r {
+                    LinkReply::Done => Some(()),
+                    _ => None,
+                });
+            }
+            Command::Reserve { count, reply } => {
+                let count = u32::try_from(count).unwrap_or(u32::MAX);
+                self.ask(lane, LinkRequest::Reserve(count), reply, |r| match r {
+                    LinkReply::Reserved(numbers) => Some(numbers),
+                    _ => None,
+                });
+            }
+            Command::Unreserve(numbers) => {
+                let call = self.call(lane, LinkRequest::Unreserve(numbers));
+                tokio::spawn(async move { drop(call.await) });
+            }
             Command::Attach(receiver) => self.start_pull(lane, receiver),
             Command::Detach(id) => {
                 if let Some(stop) = self.pulls().remove(&id) {
@@ -241,7 +260,7 @@ impl RemotePartition for LinkedPartition {
                 command.refuse(&BrokerError::ShuttingDown);
             }
             command => command.refuse(&BrokerError::Unimplemented(
-                "transactions and sessions on a partition another cluster node runs",
+                "sessions on a partition another cluster node runs",
             )),
         }
     }
@@ -363,6 +382,21 @@ impl Broker {
                     ask_route(&route, lane, |reply| Command::Peek { queue, from, max, reply })
                         .await?,
                 )
+            }
+            LinkRequest::Commit(work) => {
+                ask_route(&route, lane, |reply| Command::Commit { work, reply }).await?;
+                LinkReply::Done
+            }
+            LinkRequest::Reserve(count) => {
+                // A transaction holds at most 100 operations (Service Bus's limit).
+                let count = (count as usize).min(MAX_RESERVE);
+                LinkReply::Reserved(
+                    ask_route(&route, lane, |reply| Command::Reserve { count, reply }).await?,
+                )
+            }
+            LinkRequest::Unreserve(numbers) => {
+                route.send(lane, Command::Unreserve(numbers));
+                LinkReply::Done
             }
             LinkRequest::Counts => {
                 LinkReply::Counts(ask_route(&route, lane, |reply| Command::Counts { reply }).await?)

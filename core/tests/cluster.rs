@@ -389,3 +389,47 @@ async fn two_nodes_never_write_the_namespace_from_the_same_view() {
     let second = guard(a.get_queue("second")).await.expect("a learnt of the second queue");
     assert_eq!(second.name, "second");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_through_a_non_owner_commits_whole() {
+    let cluster = Cluster::start(Arc::new(MemoryStore::new()), queue()).await;
+    let node = &cluster.nodes[1];
+    // A received message completed and two sent, in one transaction pinned by a partition
+    // key to a partition node 1 does not run.
+    let at = cluster.partitions_on(2)[0];
+    let key = (0..)
+        .map(|i| format!("key{i}"))
+        .find(|k| ironbus_core::router::partition_for_key(k, PARTITIONS).0 == at.partition)
+        .unwrap();
+    let keyed = |id| {
+        let mut m = message(id);
+        m.properties.partition_key = Some(key.clone());
+        m
+    };
+    guard(node.send(QUEUE, vec![keyed(1)])).await.unwrap();
+    let receiver = node.open_receiver(QUEUE, ReceiveMode::PeekLock).await.unwrap();
+    receiver.add_credit(1);
+    let first = guard(receiver.recv()).await.unwrap();
+    drop(receiver);
+    let address = ironbus_core::EntityAddress::from(path(QUEUE));
+    let txn = ironbus_core::Transaction::new();
+    node.settle_in_transaction(
+        &txn,
+        &address,
+        None,
+        first.lock_token().unwrap(),
+        ironbus_core::Disposition::Complete,
+    )
+    .unwrap();
+    node.send_in_transaction(&txn, &address, None, vec![keyed(2), keyed(3)]).unwrap();
+    let mut scheduled = keyed(4);
+    scheduled.properties.scheduled_enqueue_time =
+        Some(SystemClock.now().saturating_add(Duration::from_secs(3600)));
+    guard(node.schedule_in_transaction(&txn, &address, vec![scheduled]))
+        .await
+        .expect("a reservation through the link");
+    guard(node.commit(&txn)).await.expect("commit through the link");
+    let runtime = guard(cluster.nodes[0].get_queue_runtime(QUEUE)).await.unwrap();
+    assert_eq!(runtime.active_message_count, 2, "the first completed, two sent");
+    assert_eq!(runtime.scheduled_message_count, 1);
+}

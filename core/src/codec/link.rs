@@ -23,7 +23,7 @@ use crate::error::BrokerError;
 use crate::message::{
     BrokerProperties, Disposition, Message, MessageLock, MessageState, ReceivedMessage,
 };
-use crate::partition::{PartitionCounts, SendOutcome, TransferId};
+use crate::partition::{PartitionCounts, SendOutcome, TransferId, Work};
 use crate::store::{StoreError, StoreErrorKind};
 use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp};
 
@@ -56,6 +56,11 @@ pub(crate) enum LinkRequest {
         max: u32,
     },
     Counts,
+    /// A transaction's work, committed in one write of the via partition.
+    Commit(Vec<Work>),
+    /// Sequence numbers for a transaction's scheduled messages.
+    Reserve(u32),
+    Unreserve(Vec<SequenceNumber>),
     /// Up to `max` messages for a receiver on another node, delivered in one cycle: the
     /// receiver's node lends that much of its credit.
     Pull {
@@ -75,6 +80,7 @@ pub(crate) enum LinkReply {
     Renewed(Timestamp),
     Messages(Vec<ReceivedMessage>),
     Counts(PartitionCounts),
+    Reserved(Vec<SequenceNumber>),
     Failed(BrokerError),
 }
 
@@ -135,6 +141,19 @@ pub(crate) fn encode_request(at: PartitionRef, lane: u64, request: &LinkRequest)
             w.u32(*max);
         }
         LinkRequest::Counts => w.u8(9),
+        LinkRequest::Commit(work) => {
+            w.u8(11);
+            w.u32(work.len() as u32);
+            work.iter().for_each(|item| encode_work(&mut w, item));
+        }
+        LinkRequest::Reserve(count) => {
+            w.u8(12);
+            w.u32(*count);
+        }
+        LinkRequest::Unreserve(numbers) => {
+            w.u8(13);
+            sequence_numbers(&mut w, numbers);
+        }
         LinkRequest::Pull { queue, mode, max } => {
             w.u8(10);
             w.u8(sub_queue(*queue));
@@ -176,6 +195,9 @@ pub(crate) fn decode_request(bytes: &[u8]) -> DecodeResult<(PartitionRef, u64, L
             max: r.u32()?,
         },
         9 => LinkRequest::Counts,
+        11 => LinkRequest::Commit(list(&mut r, 1, decode_work)?),
+        12 => LinkRequest::Reserve(r.u32()?),
+        13 => LinkRequest::Unreserve(read_sequence_numbers(&mut r)?),
         10 => LinkRequest::Pull {
             queue: read_sub_queue(&mut r)?,
             mode: read_receive_mode(&mut r)?,
@@ -252,6 +274,10 @@ pub(crate) fn encode_reply(reply: &LinkReply) -> Bytes {
             w.u8(8);
             encode_error(&mut w, e);
         }
+        LinkReply::Reserved(numbers) => {
+            w.u8(9);
+            sequence_numbers(&mut w, numbers);
+        }
     }
     w.finish()
 }
@@ -285,6 +311,7 @@ pub(crate) fn decode_reply(bytes: &[u8]) -> DecodeResult<LinkReply> {
             size_bytes: r.u64()?,
         }),
         8 => LinkReply::Failed(decode_error(&mut r)?),
+        9 => LinkReply::Reserved(read_sequence_numbers(&mut r)?),
         other => return Err(r.corrupted(&format!("link reply kind {other}"))),
     })
 }
@@ -384,6 +411,58 @@ fn decode_disposition(r: &mut Reader<'_>) -> DecodeResult<Disposition> {
             properties: decode_properties(r)?,
         },
         _ => return Err(r.corrupted("disposition")),
+    })
+}
+
+fn encode_work(w: &mut Writer, work: &Work) {
+    match work {
+        Work::Send(m) => {
+            w.u8(0);
+            w.bytes(&encode_body(m));
+        }
+        Work::Transfer(m) => {
+            w.u8(1);
+            w.bytes(&encode_body(m));
+        }
+        Work::Schedule(n, m) => {
+            w.u8(2);
+            w.i64(n.0);
+            w.bytes(&encode_body(m));
+        }
+        Work::Cancel(numbers) => {
+            w.u8(3);
+            sequence_numbers(w, numbers);
+        }
+        Work::Settle { queue, token, disposition } => {
+            w.u8(4);
+            w.u8(sub_queue(*queue));
+            w.array(token.0.as_bytes());
+            encode_disposition(w, disposition);
+        }
+        Work::SessionState { session, state } => {
+            w.u8(5);
+            w.str(session);
+            w.opt_bytes(state);
+        }
+    }
+}
+
+fn decode_work(r: &mut Reader<'_>) -> DecodeResult<Work> {
+    Ok(match r.u8()? {
+        0 => Work::Send(Arc::new(decode_body(&r.bytes()?)?)),
+        1 => Work::Transfer(Arc::new(decode_body(&r.bytes()?)?)),
+        2 => {
+            let n = SequenceNumber(r.i64()?);
+            Work::Schedule(n, Arc::new(decode_body(&r.bytes()?)?))
+        }
+        3 => Work::Cancel(read_sequence_numbers(r)?),
+        4 => Work::Settle {
+            queue: read_sub_queue(r)?,
+            token: lock_token(r)?,
+            disposition: decode_disposition(r)?,
+        },
+        5 => Work::SessionState { session: Arc::from(r.str()?), state: r.opt(Reader::bytes)? },
+        _ => return Err(r.corrupted("transaction work")),
     })
 }
 
@@ -633,6 +712,15 @@ mod tests {
             LinkRequest::Peek { queue: SubQueue::Main, from: SequenceNumber(0), max: 10 },
             LinkRequest::Counts,
             LinkRequest::Pull { queue: SubQueue::Main, mode: ReceiveMode::PeekLock, max: 5 },
+            LinkRequest::Commit(vec![
+                Work::Send(Arc::new(Message::new("in a transaction"))),
+                Work::Schedule(SequenceNumber(8), Arc::new(Message::new("later"))),
+                Work::Cancel(vec![SequenceNumber(2)]),
+                Work::Settle { queue: SubQueue::Main, token, disposition: Disposition::Complete },
+                Work::SessionState { session: Arc::from("s1"), state: Some(Bytes::from("x")) },
+            ]),
+            LinkRequest::Reserve(3),
+            LinkRequest::Unreserve(vec![SequenceNumber(5)]),
         ]
     }
 
