@@ -304,7 +304,9 @@ impl Broker {
         }
     }
 
-    fn entities(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<EntityHandle>>> {
+    pub(crate) fn entities(
+        &self,
+    ) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<EntityHandle>>> {
         self.inner.entities.read().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -154,6 +154,16 @@ pub(crate) struct PartitionCounts {
     pub size_bytes: u64,
 }
 
+/// A lane's shared view as its owner sends it to other nodes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LaneStats {
+    pub(crate) available: bool,
+    /// Deliverable messages per sub-queue, in `SubQueue::ALL`'s order.
+    pub(crate) deliverable: [u64; 5],
+    pub(crate) size_bytes: u64,
+    pub(crate) ready_sessions: u64,
+}
+
 /// A session lock granted to a receiver.
 #[derive(Debug, Clone)]
 pub(crate) struct SessionGrant {
@@ -227,6 +237,31 @@ impl PartitionShared {
     /// partition it does not run (see `route.rs`).
     pub(crate) fn mark_available(&self, available: bool) {
         self.available.store(available, Ordering::Release);
+    }
+
+    /// What other nodes need to know of this lane of a partition (see `remote.rs`).
+    pub(crate) fn stats(&self) -> LaneStats {
+        LaneStats {
+            available: self.is_available(),
+            deliverable: SubQueue::ALL.map(|q| self.deliverable[q].load(Ordering::SeqCst)),
+            size_bytes: self.size_bytes(),
+            ready_sessions: self.ready_sessions(),
+        }
+    }
+
+    /// Takes what the owner on another node published (see `remote.rs`).
+    pub(crate) fn apply(&self, stats: &LaneStats) {
+        self.available.store(stats.available, Ordering::Release);
+        // No actor here clears it: let the next nudge through.
+        self.nudge_pending.store(false, Ordering::Release);
+        for (q, n) in SubQueue::ALL.into_iter().zip(stats.deliverable) {
+            self.deliverable[q].store(n, Ordering::SeqCst);
+        }
+        self.size_bytes.store(stats.size_bytes, Ordering::Relaxed);
+        let before = self.ready_sessions.swap(stats.ready_sessions, Ordering::SeqCst);
+        if stats.ready_sessions > before {
+            self.session_ready.notify_waiters();
+        }
     }
 
     pub(crate) fn ready_sessions(&self) -> u64 {

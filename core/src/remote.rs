@@ -27,14 +27,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
-use crate::broker::{Broker, PartitionRef};
+use crate::broker::{Broker, EntityHandle, PartitionRef};
 use crate::clock::Clock;
 use crate::codec::link::{decode_reply, decode_request, encode_reply, encode_request};
 use crate::codec::link::{LinkReply, LinkRequest};
 use crate::error::{BrokerError, Result};
-use crate::partition::{Command, LaneId, RemotePartition, Route};
+use crate::partition::{Command, LaneId, LaneStats, RemotePartition, Route};
 use crate::receiver::ReceiverShared;
 use crate::types::PartitionId;
 
@@ -77,6 +77,8 @@ pub(crate) struct LinkedPartition {
     clock: Arc<dyn Clock>,
     /// Pull loops by receiver id, stopped on detach or when the route moves.
     pulls: Mutex<HashMap<u64, oneshot::Sender<()>>>,
+    /// Wakes the pull loops at once (a nudge: the owner published deliverable messages).
+    wake: Arc<Notify>,
 }
 
 impl fmt::Debug for LinkedPartition {
@@ -98,6 +100,7 @@ impl LinkedPartition {
             entity_name: entity_name.to_owned(),
             clock,
             pulls: Mutex::new(HashMap::new()),
+            wake: Arc::new(Notify::new()),
         }
     }
 
@@ -132,6 +135,7 @@ impl LinkedPartition {
         self.pulls().insert(receiver.id, stop);
         let (peer, at, name) = (self.peer.clone(), self.at, self.entity_name.clone());
         let clock = self.clock.clone();
+        let wake = self.wake.clone();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -167,6 +171,7 @@ impl LinkedPartition {
                     tokio::select! {
                         _ = &mut stopped => return,
                         () = clock.sleep_until(again) => {}
+                        () = wake.notified() => {}
                     }
                 }
             }
@@ -248,9 +253,9 @@ impl RemotePartition for LinkedPartition {
                     let _ = stop.send(());
                 }
             }
-            // Management reaches the owner through the namespace, not the link; pulls poll.
-            Command::Deliver
-            | Command::Update(_)
+            Command::Deliver => self.wake.notify_waiters(),
+            // Management reaches the owner through the namespace, not the link.
+            Command::Update(_)
             | Command::AddLane(_)
             | Command::Configure(_)
             | Command::Filtering(_)
@@ -337,6 +342,9 @@ impl Broker {
         lane: LaneId,
         request: LinkRequest,
     ) -> Result<LinkReply> {
+        if let LinkRequest::Stats = request {
+            return Ok(LinkReply::Stats(self.local_stats()));
+        }
         let (entity, index) = self.partition_of(at)?;
         let route = entity.partitions[index].route.clone();
         if !route.is_local() {
@@ -398,6 +406,7 @@ impl Broker {
                 route.send(lane, Command::Unreserve(numbers));
                 LinkReply::Done
             }
+            LinkRequest::Stats => LinkReply::Stats(self.local_stats()),
             LinkRequest::Counts => {
                 LinkReply::Counts(ask_route(&route, lane, |reply| Command::Counts { reply }).await?)
             }
@@ -413,6 +422,50 @@ impl Broker {
                 LinkReply::Messages(messages)
             }
         })
+    }
+}
+
+impl Broker {
+    /// The shared view of every lane of every partition that runs here.
+    fn local_stats(&self) -> Vec<(u64, u16, LaneStats)> {
+        let mut stats = Vec::new();
+        for entity in self.entities().values() {
+            for (p, handle) in entity.partitions.iter().enumerate() {
+                if handle.route.is_local() {
+                    stats.push((entity.id, p as u16, handle.shared.stats()));
+                }
+            }
+        }
+        stats
+    }
+
+    /// Asks the node behind `peer` for the shared view of the partitions it runs, and takes
+    /// it for the partitions this node reaches there: availability, deliverable messages, size
+    /// (the quota) and ready sessions (accept-next). The cluster calls it a few times a second
+    /// per node.
+    pub async fn poll_stats(&self, peer: Arc<dyn Peer>) -> Result<()> {
+        let at = PartitionRef { entity: 0, partition: 0 };
+        let reply = call(peer, at, "", 0, LinkRequest::Stats).await?;
+        let lanes = expect(reply, |r| match r {
+            LinkReply::Stats(lanes) => Some(lanes),
+            _ => None,
+        })?;
+        let entities: HashMap<u64, Arc<EntityHandle>> =
+            self.entities().values().map(|e| (e.id, e.clone())).collect();
+        for (lane, p, stats) in lanes {
+            let Some(handle) = entities.get(&lane).and_then(|e| e.partitions.get(usize::from(p)))
+            else {
+                continue;
+            };
+            if handle.route.is_local() {
+                continue;
+            }
+            handle.shared.apply(&stats);
+            if stats.deliverable.iter().any(|n| *n > 0) {
+                handle.send(Command::Deliver);
+            }
+        }
+        Ok(())
     }
 }
 

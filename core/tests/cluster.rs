@@ -81,10 +81,24 @@ impl Cluster {
                     .unwrap(),
             );
         }
-        let peers = nodes
+        let peers: Vec<Arc<InProcess>> = nodes
             .iter()
             .map(|b| Arc::new(InProcess { broker: b.clone(), cut: AtomicBool::new(false) }))
             .collect();
+        // Each node learns the others' partitions' shared views, as the server's loop does.
+        let (polled, links): (Vec<Broker>, Vec<Arc<InProcess>>) = (nodes.clone(), peers.clone());
+        tokio::spawn(async move {
+            loop {
+                for (i, node) in polled.iter().enumerate() {
+                    for (j, peer) in links.iter().enumerate() {
+                        if i != j {
+                            let _ = node.poll_stats(peer.clone()).await;
+                        }
+                    }
+                }
+                pause(50).await;
+            }
+        });
         let mut cluster = Cluster { nodes, peers, owner: BTreeMap::new(), token: 0 };
         let refs = cluster.nodes[0].partition_refs();
         assert_eq!(refs.len(), usize::from(PARTITIONS));

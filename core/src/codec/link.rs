@@ -23,7 +23,7 @@ use crate::error::BrokerError;
 use crate::message::{
     BrokerProperties, Disposition, Message, MessageLock, MessageState, ReceivedMessage,
 };
-use crate::partition::{PartitionCounts, SendOutcome, TransferId, Work};
+use crate::partition::{LaneStats, PartitionCounts, SendOutcome, TransferId, Work};
 use crate::store::{StoreError, StoreErrorKind};
 use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp};
 
@@ -61,6 +61,9 @@ pub(crate) enum LinkRequest {
     /// Sequence numbers for a transaction's scheduled messages.
     Reserve(u32),
     Unreserve(Vec<SequenceNumber>),
+    /// The shared view of every partition lane the node runs (the call's partition and lane
+    /// are not used).
+    Stats,
     /// Up to `max` messages for a receiver on another node, delivered in one cycle: the
     /// receiver's node lends that much of its credit.
     Pull {
@@ -81,6 +84,8 @@ pub(crate) enum LinkReply {
     Messages(Vec<ReceivedMessage>),
     Counts(PartitionCounts),
     Reserved(Vec<SequenceNumber>),
+    /// Per lane (its entity id) and partition: its shared view.
+    Stats(Vec<(u64, u16, LaneStats)>),
     Failed(BrokerError),
 }
 
@@ -154,6 +159,7 @@ pub(crate) fn encode_request(at: PartitionRef, lane: u64, request: &LinkRequest)
             w.u8(13);
             sequence_numbers(&mut w, numbers);
         }
+        LinkRequest::Stats => w.u8(14),
         LinkRequest::Pull { queue, mode, max } => {
             w.u8(10);
             w.u8(sub_queue(*queue));
@@ -198,6 +204,7 @@ pub(crate) fn decode_request(bytes: &[u8]) -> DecodeResult<(PartitionRef, u64, L
         11 => LinkRequest::Commit(list(&mut r, 1, decode_work)?),
         12 => LinkRequest::Reserve(r.u32()?),
         13 => LinkRequest::Unreserve(read_sequence_numbers(&mut r)?),
+        14 => LinkRequest::Stats,
         10 => LinkRequest::Pull {
             queue: read_sub_queue(&mut r)?,
             mode: read_receive_mode(&mut r)?,
@@ -278,6 +285,18 @@ pub(crate) fn encode_reply(reply: &LinkReply) -> Bytes {
             w.u8(9);
             sequence_numbers(&mut w, numbers);
         }
+        LinkReply::Stats(lanes) => {
+            w.u8(10);
+            w.u32(lanes.len() as u32);
+            for (lane, partition, stats) in lanes {
+                w.u64(*lane);
+                w.u16(*partition);
+                w.bool(stats.available);
+                stats.deliverable.iter().for_each(|n| w.u64(*n));
+                w.u64(stats.size_bytes);
+                w.u64(stats.ready_sessions);
+            }
+        }
     }
     w.finish()
 }
@@ -312,6 +331,20 @@ pub(crate) fn decode_reply(bytes: &[u8]) -> DecodeResult<LinkReply> {
         }),
         8 => LinkReply::Failed(decode_error(&mut r)?),
         9 => LinkReply::Reserved(read_sequence_numbers(&mut r)?),
+        10 => LinkReply::Stats(list(&mut r, 67, |r| {
+            let (lane, partition, available) = (r.u64()?, r.u16()?, r.bool()?);
+            let mut deliverable = [0; 5];
+            for n in &mut deliverable {
+                *n = r.u64()?;
+            }
+            let stats = LaneStats {
+                available,
+                deliverable,
+                size_bytes: r.u64()?,
+                ready_sessions: r.u64()?,
+            };
+            Ok((lane, partition, stats))
+        })?),
         other => return Err(r.corrupted(&format!("link reply kind {other}"))),
     })
 }
@@ -721,6 +754,7 @@ mod tests {
             ]),
             LinkRequest::Reserve(3),
             LinkRequest::Unreserve(vec![SequenceNumber(5)]),
+            LinkRequest::Stats,
         ]
     }
 
@@ -744,6 +778,16 @@ mod tests {
             LinkReply::Sent(vec![SendOutcome::Enqueued(SequenceNumber(3)), SendOutcome::Duplicate]),
             LinkReply::Settled(vec![Ok(()), Err(BrokerError::MessageLockLost)]),
             LinkReply::Renewed(Timestamp::from_millis(1234)),
+            LinkReply::Stats(vec![(
+                4,
+                2,
+                LaneStats {
+                    available: true,
+                    deliverable: [1, 2, 3, 4, 5],
+                    size_bytes: 6,
+                    ready_sessions: 7,
+                },
+            )]),
             LinkReply::Failed(BrokerError::PartitionUnavailable {
                 entity: "q".into(),
                 partition: PartitionId(2),
