@@ -91,7 +91,7 @@ impl LinkClient {
         }
         let limit = self.inner.config.max_request_bytes;
         if body.len() > limit {
-            return Err(LinkError::TooLarge { limit });
+            return Err(LinkError::TooLarge { limit: Some(limit) });
         }
         tokio::time::timeout(self.inner.config.call_timeout, self.call_once(method, body))
             .await

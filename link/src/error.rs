@@ -37,10 +37,11 @@ pub enum LinkError {
     /// The request body is over the receiving side's
     /// [`LinkConfig::max_request_bytes`](crate::LinkConfig::max_request_bytes). The handler
     /// did not run.
-    #[error("request body over the limit of {limit} bytes")]
+    #[error("request body over the {} limit", limit.map_or("peer's".to_owned(), |l| format!("{l}-byte")))]
     TooLarge {
-        /// The limit, when known (the client's own; 0 when the peer refused it).
-        limit: usize,
+        /// The limit, when known: the client's own when it refused to send; `None` when the
+        /// peer refused (it does not say its limit).
+        limit: Option<usize>,
     },
     /// The peer's handler answered with its own error.
     #[error("remote error {code}: {message}")]
@@ -127,7 +128,7 @@ mod tests {
         assert!(retriable.iter().all(LinkError::is_retriable));
         let final_ = [
             LinkError::Refused { reason: "bad signature".into() },
-            LinkError::TooLarge { limit: 1 },
+            LinkError::TooLarge { limit: Some(1) },
             LinkError::Remote { code: "c".into(), message: "m".into() },
             LinkError::protocol("status 418"),
         ];

@@ -40,7 +40,8 @@ pub const FIRST_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// The most bytes of headers a request may have (HTTP/2's `SETTINGS_MAX_HEADER_LIST_SIZE`).
 pub const MAX_HEADER_BYTES: u32 = 16 * 1024;
-/// How long open connections get to finish their calls after [`LinkServer::shutdown`].
+/// How long a closing connection gets to finish its calls (after [`LinkServer::shutdown`], or
+/// when the watchdog closes it).
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often HTTP/2 pings an idle peer, and how long it has to answer.
 const KEEP_ALIVE: Duration = Duration::from_secs(20);
@@ -244,8 +245,11 @@ async fn serve_io<I>(
         }
     }
     connection.as_mut().graceful_shutdown();
-    if let Err(error) = connection.await {
-        tracing::debug!(%error, "link connection ended with an error");
+    // A peer that stops reading must not hold the connection open.
+    match tokio::time::timeout(DRAIN_TIMEOUT, connection).await {
+        Ok(Err(error)) => tracing::debug!(%error, "link connection ended with an error"),
+        Ok(Ok(())) => {}
+        Err(_) => tracing::debug!("link connection closed: calls did not finish in time"),
     }
 }
 

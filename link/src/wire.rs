@@ -206,7 +206,7 @@ pub fn unsigned_reply_error(status: u16, body: &[u8]) -> LinkError {
     let reason: String = String::from_utf8_lossy(body).chars().take(256).collect();
     match status {
         401 => LinkError::Refused { reason },
-        413 => LinkError::TooLarge { limit: 0 },
+        413 => LinkError::TooLarge { limit: None },
         503 => LinkError::Unreachable { reason },
         _ => LinkError::protocol(format!("unexpected status {status}: {reason}")),
     }
@@ -355,7 +355,7 @@ mod tests {
             unsigned_reply_error(401, b"bad signature"),
             LinkError::Refused { reason: "bad signature".into() }
         );
-        assert_eq!(unsigned_reply_error(413, b""), LinkError::TooLarge { limit: 0 });
+        assert_eq!(unsigned_reply_error(413, b""), LinkError::TooLarge { limit: None });
         assert!(unsigned_reply_error(503, b"shutting down").is_retriable());
         assert!(matches!(unsigned_reply_error(404, b"\xff"), LinkError::Protocol { .. }));
     }
