@@ -83,11 +83,12 @@ async fn an_altered_body_is_refused() {
     .await;
     assert_refused(status, &body, &handler);
     assert_eq!(body, "body does not match its signed hash");
-    // Nor does a hash rewritten to fit the new body pass: the signature covers it.
-    let mut rehashed = headers;
-    let forged = Credentials::new(node("node-a"), b"send 9 message");
-    let forged_headers = signed(OTHER_SECRET, "echo", &forged);
-    rehashed.insert(wire::BODY_SHA256, forged_headers[wire::BODY_SHA256].clone());
+    // Nor does a hash rewritten to fit the new body pass (a new call, with a nonce of its own):
+    // the signature covers the hash.
+    let credentials = Credentials::new(node("node-a"), b"send 1 message");
+    let mut rehashed = signed(SECRET, "echo", &credentials);
+    let fitting = signed(SECRET, "echo", &Credentials::new(node("node-a"), b"send 9 message"));
+    rehashed.insert(wire::BODY_SHA256, fitting[wire::BODY_SHA256].clone());
     let (status, body) = common::send_raw(
         server.local_addr(),
         &echo_path(),
@@ -97,6 +98,7 @@ async fn an_altered_body_is_refused() {
     )
     .await;
     assert_refused(status, &body, &handler);
+    assert_eq!(body, "bad signature");
 }
 
 #[tokio::test]
@@ -107,6 +109,7 @@ async fn a_call_to_another_method_than_signed_is_refused() {
     let (status, body) =
         common::send_raw(server.local_addr(), &echo_path(), headers, "x".into(), true).await;
     assert_refused(status, &body, &handler);
+    assert_eq!(body, "bad signature");
 }
 
 #[tokio::test]
