@@ -179,6 +179,19 @@ fn metrics_crate_depending_on_a_store_or_the_server_is_reported() {
 }
 
 #[test]
+fn link_depending_on_any_workspace_crate_is_reported() {
+    let graph = synthetic_graph(
+        &["ironbus-core", "ironbus-link", "ironbus"],
+        &[
+            ("ironbus-link", "hyper", None),
+            ("ironbus-link", "ironbus-core", None),
+            ("ironbus", "ironbus-link", None),
+        ],
+    );
+    assert_eq!(outward_dependencies(&graph), ["ironbus-link -> ironbus-core"]);
+}
+
+#[test]
 fn exporter_named_outside_the_metrics_crate_is_reported() {
     let graph = synthetic_graph(
         &["ironbus-core", "ironbus-metrics", "ironbus", "ironbus-bench"],
