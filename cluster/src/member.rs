@@ -286,11 +286,8 @@ impl Member {
             .ok_or_else(|| StoreError::corrupted("claim counter: no token left"))?;
         let row = OwnerRow { node: self.config.node_id.clone(), token, released: false };
         let raw = row.encode();
-        let mut batch = WriteBatch::new();
-        batch.require(keys::owner(p), owners.get(&p).map(|o| o.raw.clone()));
-        batch.require(keys::claim_counter(), last_raw.clone());
-        batch.put(keys::owner(p), raw.clone());
-        batch.put(keys::claim_counter(), encode_counter(token));
+        let read = owners.get(&p).map(|o| o.raw.clone());
+        let batch = claim_batch(p, read, last_raw.clone(), raw.clone(), token);
         match self.store.write(batch).await {
             Ok(()) => {}
             Err(error) if error.kind == StoreErrorKind::Conflict => {
@@ -399,6 +396,23 @@ impl Member {
         }
         self.routes = routes;
     }
+}
+
+/// A claim of `p`: the owner row `row` and the counter's next value `token`, applied only if
+/// the owner row still holds `read` and the counter `counter` (`None`: absent), as read.
+pub(crate) fn claim_batch(
+    p: PartitionRef,
+    read: Option<bytes::Bytes>,
+    counter: Option<bytes::Bytes>,
+    row: bytes::Bytes,
+    token: u64,
+) -> WriteBatch {
+    let mut batch = WriteBatch::new();
+    batch.require(keys::owner(p), read);
+    batch.require(keys::claim_counter(), counter);
+    batch.put(keys::owner(p), row);
+    batch.put(keys::claim_counter(), encode_counter(token));
+    batch
 }
 
 /// Every row whose key starts with `prefix`, a page at a time.

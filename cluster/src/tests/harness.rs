@@ -11,6 +11,7 @@ use ironbus_core::testing::FaultyStore;
 use ironbus_core::{Clock, ManualClock, PartitionId, Store, Timestamp};
 use ironbus_store_memory::MemoryStore;
 
+use crate::rows::OwnerRow;
 use crate::{desired_owner, Config, Host, HostError, Member, NodeId, PartitionRef, Route};
 
 /// Something a fake host was asked to do, and when.
@@ -308,6 +309,15 @@ impl Cluster {
                 "{p}: {servers:?} beyond the fence {fence}"
             );
         }
+        // One token per claim: no two owner rows share one, and the counter is past them all.
+        let rows = self.store.scan(b"co", b"cp", usize::MAX).await.unwrap();
+        let tokens: Vec<u64> =
+            rows.iter().map(|(_, v)| OwnerRow::decode(v).unwrap().token).collect();
+        let distinct: BTreeSet<u64> = tokens.iter().copied().collect();
+        assert_eq!(distinct.len(), tokens.len(), "owner rows share a token: {tokens:?}");
+        let counter = self.store.get(b"ct").await.unwrap();
+        let counter = counter.map_or(0, |v| u64::from_be_bytes(v[..].try_into().unwrap()));
+        assert!(distinct.last().is_none_or(|t| *t <= counter), "the counter went back");
         let mut last: BTreeMap<PartitionRef, u64> = BTreeMap::new();
         for (p, token) in self.claims.lock().unwrap().iter() {
             let before = last.insert(*p, *token);

@@ -218,3 +218,23 @@ async fn the_ownership_task_runs_rounds_on_the_clock_and_leaves_on_request() {
     let released = store.scan(b"co", b"cp", 10).await.unwrap();
     assert_eq!(released.len(), 6);
 }
+
+#[tokio::test]
+async fn claims_made_from_the_same_read_commit_once_whatever_they_claim() {
+    use crate::member::claim_batch;
+    use crate::rows::OwnerRow;
+    use ironbus_core::store::StoreErrorKind;
+
+    let store = MemoryStore::new();
+    let [p, q] = [0, 1].map(|i| PartitionRef::new(1, ironbus_core::PartitionId(i)));
+    let row = |node: &str| OwnerRow { node: NodeId::new(node), token: 1, released: false }.encode();
+    // Two nodes read the same (empty) state and claim with token 1.
+    store.write(claim_batch(p, None, None, row("a"), 1)).await.unwrap();
+    // b read the row before a's claim and the counter after it.
+    let counter = Some(crate::rows::encode_counter(1));
+    let same_partition = store.write(claim_batch(p, None, counter, row("b"), 2)).await;
+    assert_eq!(same_partition.unwrap_err().kind, StoreErrorKind::Conflict, "the owner row moved");
+    let same_token = store.write(claim_batch(q, None, None, row("b"), 1)).await;
+    assert_eq!(same_token.unwrap_err().kind, StoreErrorKind::Conflict, "the counter moved");
+    assert!(store.get(&crate::keys::owner(q)).await.unwrap().is_none(), "nothing applied");
+}
