@@ -238,3 +238,17 @@ async fn claims_made_from_the_same_read_commit_once_whatever_they_claim() {
     assert_eq!(same_token.unwrap_err().kind, StoreErrorKind::Conflict, "the counter moved");
     assert!(store.get(&crate::keys::owner(q)).await.unwrap().is_none(), "nothing applied");
 }
+
+#[tokio::test]
+async fn the_member_row_of_a_node_silent_for_ten_leases_is_deleted() {
+    let mut cluster = three_nodes().await;
+    cluster.kill(2);
+    for _ in 0..49 {
+        cluster.step().await;
+    }
+    assert_eq!(cluster.store.scan(b"cm", b"cn", 10).await.unwrap().len(), 3, "deleted early");
+    cluster.step().await;
+    cluster.step().await;
+    assert_eq!(cluster.store.scan(b"cm", b"cn", 10).await.unwrap().len(), 2);
+    assert!(cluster.converged().await);
+}
