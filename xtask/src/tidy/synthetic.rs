@@ -138,6 +138,19 @@ fn store_depending_on_another_workspace_crate_is_reported() {
 }
 
 #[test]
+fn cluster_crate_depending_on_a_concrete_store_is_reported() {
+    let graph = synthetic_graph(
+        &["ironbus-core", "ironbus-store-memory", "ironbus-cluster"],
+        &[
+            ("ironbus-cluster", "ironbus-core", None),
+            ("ironbus-cluster", "ironbus-store-memory", Some("dev")),
+            ("ironbus-cluster", "ironbus-store-memory", None),
+        ],
+    );
+    assert_eq!(outward_dependencies(&graph), ["ironbus-cluster -> ironbus-store-memory"]);
+}
+
+#[test]
 fn inward_check_accepts_core_registry_crates_and_dev_dependencies() {
     let graph = synthetic_graph(
         &["ironbus-core", "ironbus-store-memory", "ironbus-transport-amqp", "ironbus"],
