@@ -213,17 +213,21 @@ impl Handler for ServeLink {
     }
 }
 
-/// Another node, reached over the link.
+/// Another node, reached over the link: its id and client.
 #[derive(Debug)]
-struct LinkPeer(LinkClient);
+struct LinkPeer(String, LinkClient);
 
 #[async_trait]
 impl Peer for LinkPeer {
     async fn call(&self, request: Bytes) -> Result<Bytes, PeerError> {
-        self.0
+        self.1
             .call(PARTITION_CALL, request)
             .await
             .map_err(|e| PeerError { retriable: e.is_retriable(), message: e.to_string() })
+    }
+
+    fn node(&self) -> &str {
+        &self.0
     }
 }
 
@@ -267,7 +271,8 @@ impl BrokerHost {
         match peers.get(node_id) {
             Some((known, peer)) if known == addr => peer.clone(),
             _ => {
-                let peer = Arc::new(LinkPeer(LinkClient::new(addr, self.link.clone())));
+                let client = LinkClient::new(addr, self.link.clone());
+                let peer = Arc::new(LinkPeer(node_id.to_owned(), client));
                 peers.insert(node_id.to_owned(), (addr.to_owned(), peer.clone()));
                 peer
             }

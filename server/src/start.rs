@@ -162,6 +162,9 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
         max_connections_per_ip: args.max_connections_per_ip,
     };
     config.websocket = Some(http::websocket_hook(amqp.stream_sender()));
+    if args.cluster.cluster {
+        config.node_id = args.cluster.node_id.clone();
+    }
     #[cfg(feature = "fault-injection")]
     if let Some(faults) = faults {
         config.plain_routes = Some(faults.routes(broker.clone()));

@@ -42,6 +42,7 @@ async fn database() -> String {
 /// A running node: its addresses, its broker, and how to stop it (as SIGTERM does).
 struct Node {
     amqp: SocketAddr,
+    http: SocketAddr,
     broker: Broker,
     stop: Option<oneshot::Sender<()>>,
     stopped: tokio::task::JoinHandle<()>,
@@ -85,6 +86,7 @@ impl Node {
         ];
         let started: Started = ironbus::start(Args::parse_from(flags), metrics()).await?;
         let (amqp, broker) = (started.amqp_addr, started.server.broker().clone());
+        let http = started.http_addr.expect("the plain HTTP listener is on");
         let (stop, stopping) = oneshot::channel::<()>();
         let stopped = tokio::spawn(async move {
             let until = async move {
@@ -93,7 +95,7 @@ impl Node {
             };
             started.server.serve_until(until).await.unwrap();
         });
-        Ok(Node { amqp, broker, stop: Some(stop), stopped })
+        Ok(Node { amqp, http, broker, stop: Some(stop), stopped })
     }
 
     /// Stops the node as SIGTERM does: it hands its partitions over, then stops.
@@ -123,6 +125,18 @@ async fn every_partition_owned(nodes: &[&Node]) -> Vec<usize> {
         assert!(Instant::now() < deadline, "partitions never settled: {per_node:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// `GET /health`'s JSON.
+async fn health(addr: SocketAddr) -> serde_json::Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!("GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {response}"))
 }
 
 async fn session(
@@ -188,6 +202,17 @@ async fn three_nodes_share_the_partitions_and_serve_any_client() {
     }
     let shares = every_partition_owned(&nodes.iter().collect::<Vec<_>>()).await;
     assert!(shares.iter().all(|n| *n >= 1), "each node runs some partitions: {shares:?}");
+
+    // /health through any node says where every partition runs.
+    let health = health(nodes[2].http).await;
+    assert_eq!(health["node"], "n2", "{health}");
+    let partitions = health["partitions"].as_array().expect("a cluster view");
+    assert_eq!(partitions.len(), PARTITIONS, "{health}");
+    for p in partitions {
+        assert_eq!(p["entity"], "q");
+        assert!(["n0", "n1", "n2"].contains(&p["owner"].as_str().unwrap_or("")), "{p}");
+        assert_eq!(p["available"], true, "{p}");
+    }
 
     send(nodes[0].amqp, 40).await;
     let got = receive(nodes[2].amqp, 40).await;
