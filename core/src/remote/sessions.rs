@@ -542,3 +542,39 @@ fn session_answer<T>(
         Err(e) => Err(e.into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::ReceiveMode;
+
+    fn stand_in(id: u64) -> Arc<ReceiverShared> {
+        Arc::new(ReceiverShared::new(id, ReceiveMode::PeekLock, SubQueue::Main))
+    }
+
+    #[test]
+    fn a_holder_is_known_only_in_its_partition_and_lane() {
+        let holders = RemoteHolders::default();
+        let at = PartitionRef { entity: 1, partition: 2 };
+        let other = PartitionRef { entity: 1, partition: 3 };
+        holders.insert(at, 7, stand_in(10));
+        assert!(holders.get(other, 7, 10).is_none(), "another partition");
+        assert!(holders.get(at, 8, 10).is_none(), "another lane");
+        assert!(holders.remove(other, 7, 10).is_none());
+        assert_eq!(holders.get(at, 7, 10).map(|s| s.id), Some(10));
+        assert_eq!(holders.remove(at, 7, 10).map(|s| s.id), Some(10));
+        assert!(holders.get(at, 7, 10).is_none(), "removed");
+    }
+
+    #[test]
+    fn stand_ins_that_lost_their_session_are_forgotten_at_the_next_grant() {
+        let holders = RemoteHolders::default();
+        let at = PartitionRef { entity: 1, partition: 0 };
+        let lost = stand_in(1);
+        holders.insert(at, 1, lost.clone());
+        lost.lose();
+        holders.insert(at, 1, stand_in(2));
+        assert!(holders.get(at, 1, 1).is_none());
+        assert!(holders.get(at, 1, 2).is_some());
+    }
+}
