@@ -170,6 +170,8 @@ struct Inner {
     management: tokio::sync::Mutex<()>,
     next_entity_id: AtomicU64,
     next_receiver_id: AtomicU64,
+    /// Stand-in receivers holding sessions of partitions here for receivers on other nodes.
+    remote_holders: crate::remote::RemoteHolders,
     /// The namespace version this node's view holds (`broker/namespace.rs`).
     namespace_version: AtomicU64,
     namespace_listener: RwLock<Option<Arc<dyn namespace::NamespaceListener>>>,
@@ -243,6 +245,7 @@ impl Broker {
             management: tokio::sync::Mutex::new(()),
             next_entity_id: AtomicU64::new(next_entity_id),
             next_receiver_id: AtomicU64::new(1),
+            remote_holders: Default::default(),
             namespace_version: AtomicU64::new(0),
             namespace_listener: RwLock::new(None),
         });

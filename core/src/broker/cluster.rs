@@ -195,6 +195,11 @@ impl Broker {
         self.inner.next_receiver_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// The stand-ins holding sessions here for receivers on other nodes (`remote/sessions.rs`).
+    pub(crate) fn remote_holders(&self) -> &crate::remote::RemoteHolders {
+        &self.inner.remote_holders
+    }
+
     /// Whether partition `at` runs on this node.
     pub fn runs_here(&self, at: PartitionRef) -> bool {
         self.partition_of(at)
