@@ -175,6 +175,17 @@ impl ReceiverShared {
         s.credit = s.credit.saturating_add(n);
     }
 
+    /// Once the receiver is closed, takes what is left in its buffer (its owner's drop took
+    /// what was there when it closed; this is what arrived after).
+    pub(crate) fn take_unseen_if_closed(&self) -> Vec<ReceivedMessage> {
+        let mut s = self.lock();
+        if s.closed {
+            s.buffer.drain(..).collect()
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Takes back the credit left, waits for the deliveries under way, and takes the buffer.
     pub(crate) async fn reclaim(&self) -> Vec<ReceivedMessage> {
         self.lock().credit = 0;

@@ -36,6 +36,7 @@ use crate::clock::Clock;
 use crate::codec::link::{decode_reply, decode_request, encode_reply, encode_request};
 use crate::codec::link::{LinkReply, LinkRequest};
 use crate::error::{BrokerError, Result};
+use crate::message::Disposition;
 use crate::partition::{Command, LaneId, LaneStats, RemotePartition, Route};
 use crate::receiver::ReceiverShared;
 use crate::types::PartitionId;
@@ -182,6 +183,18 @@ impl LinkedPartition {
                     receiver.deliver(message);
                 }
                 receiver.give_back(unused);
+                // A receiver that closed meanwhile never sees what this pull brought: unlock
+                // it on the owner now rather than when its locks expire.
+                let unseen = receiver.take_unseen_if_closed();
+                let items: Vec<_> = unseen
+                    .iter()
+                    .filter_map(|m| m.lock_token())
+                    .map(|token| (token, Disposition::Release))
+                    .collect();
+                if !items.is_empty() {
+                    let request = LinkRequest::Settle { queue: receiver.queue, items };
+                    drop(call(peer.clone(), at, &name, lane, request).await);
+                }
                 if unused > 0 {
                     // The partition is exhausted (or its owner unreachable): look again a
                     // little later, not in a tight loop.
