@@ -279,6 +279,8 @@ impl RemotePartition for LinkedPartition {
                 let call = self.call(lane, LinkRequest::Unreserve(numbers));
                 tokio::spawn(async move { drop(call.await) });
             }
+            // A forwarder forwards what its own node runs.
+            Command::Attach(receiver) if receiver.local_only => {}
             Command::Attach(receiver) => self.start_pull(lane, receiver),
             Command::Detach(id) => {
                 if let Some(stop) = self.pulls().remove(&id) {
@@ -433,7 +435,16 @@ impl Broker {
                 )
             }
             LinkRequest::Commit(work) => {
+                let sends_via =
+                    work.iter().any(|w| matches!(w, crate::partition::Work::Transfer(_)));
                 ask_route(&route, lane, |reply| Command::Commit { work, reply }).await?;
+                if sends_via {
+                    // What it sent through this entity is forwarded by this node's forwarder.
+                    let via = self.entities().values().find(|e| e.id == lane).cloned();
+                    if let Some(via) = via {
+                        self.ensure_send_via_forwarder(&via);
+                    }
+                }
                 LinkReply::Done
             }
             LinkRequest::Reserve(count) => {

@@ -696,3 +696,36 @@ async fn a_session_lock_expiring_on_the_owner_is_lost_through_the_link() {
     next.add_credit(1);
     assert_eq!(body(&guard(next.recv()).await.unwrap()), "body 0");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_forwarding_across_nodes_moves_each_message_once() {
+    let mut cluster = Cluster::start(Arc::new(MemoryStore::new()), queue()).await;
+    let partitioned = QueueDescription { enable_partitioning: true, ..Default::default() };
+    guard(cluster.nodes[1].create_queue("dest", partitioned.clone())).await.unwrap();
+    let source = QueueDescription { forward_to: Some("dest".into()), ..partitioned };
+    guard(cluster.nodes[1].create_queue("source", source)).await.unwrap();
+    for node in &cluster.nodes {
+        guard(node.refresh_namespace()).await.unwrap();
+    }
+    cluster.deal_new_partitions().await;
+
+    // Sent through node 0 to partitions all over; every node forwards what it runs.
+    for id in 0..60 {
+        guard(cluster.nodes[0].send("source", vec![message(id)])).await.expect("send");
+    }
+    let receiver =
+        cluster.nodes[2].open_receiver("dest", ReceiveMode::ReceiveAndDelete).await.unwrap();
+    receiver.add_credit(100);
+    let mut got = Vec::new();
+    while got.len() < 60 {
+        let m = guard(receiver.recv()).await.expect("a forwarded message");
+        got.push(String::from_utf8(m.message.body.to_vec()).unwrap());
+    }
+    let unique: BTreeSet<&String> = got.iter().collect();
+    assert_eq!(unique.len(), 60, "each forwarded once");
+    // Nothing more comes: no node forwarded a message twice.
+    pause(300).await;
+    assert!(receiver.try_recv().is_none(), "a second copy arrived");
+    let left = guard(cluster.nodes[1].get_queue_runtime("source")).await.unwrap();
+    assert_eq!(left.transfer_message_count, 0, "the transfer queues are empty");
+}
