@@ -504,14 +504,32 @@ impl Broker {
     /// Asks the node behind `peer` for the shared view of the partitions it runs, and takes
     /// it for the partitions this node reaches there: availability, deliverable messages, size
     /// (the quota) and ready sessions (accept-next). The cluster calls it a few times a second
-    /// per node.
+    /// per node. A node that does not answer has its partitions marked unavailable here.
     pub async fn poll_stats(&self, peer: Arc<dyn Peer>) -> Result<()> {
         let at = PartitionRef { entity: 0, partition: 0 };
-        let reply = call(peer, at, "", 0, LinkRequest::Stats).await?;
-        let lanes = expect(reply, |r| match r {
-            LinkReply::Stats(lanes) => Some(lanes),
-            _ => None,
-        })?;
+        let node = peer.node().to_owned();
+        let answer = call(peer, at, "", 0, LinkRequest::Stats).await.and_then(|reply| {
+            expect(reply, |r| match r {
+                LinkReply::Stats(lanes) => Some(lanes),
+                _ => None,
+            })
+        });
+        let lanes = match answer {
+            Ok(lanes) => lanes,
+            Err(e) => {
+                // Its partitions cannot serve now: round-robin sends go elsewhere until they
+                // can again (or move).
+                if !node.is_empty() {
+                    let owner = crate::partition::Owner::Node(node);
+                    for entity in self.entities().values() {
+                        for p in entity.partitions.iter().filter(|p| p.route.owner() == owner) {
+                            p.shared.mark_available(false);
+                        }
+                    }
+                }
+                return Err(e);
+            }
+        };
         let entities: HashMap<u64, Arc<EntityHandle>> =
             self.entities().values().map(|e| (e.id, e.clone())).collect();
         for (lane, p, stats) in lanes {

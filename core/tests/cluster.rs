@@ -46,6 +46,7 @@ const QUEUE: &str = "orders";
 struct InProcess {
     broker: Broker,
     cut: AtomicBool,
+    name: String,
 }
 
 #[async_trait]
@@ -55,6 +56,10 @@ impl Peer for InProcess {
             return Err(PeerError { retriable: true, message: "link cut".into() });
         }
         Ok(self.broker.serve_link(&request).await)
+    }
+
+    fn node(&self) -> &str {
+        &self.name
     }
 }
 
@@ -86,7 +91,11 @@ impl Cluster {
         }
         let peers: Vec<Arc<InProcess>> = nodes
             .iter()
-            .map(|b| Arc::new(InProcess { broker: b.clone(), cut: AtomicBool::new(false) }))
+            .enumerate()
+            .map(|(i, b)| {
+                let (broker, cut, name) = (b.clone(), AtomicBool::new(false), format!("n{i}"));
+                Arc::new(InProcess { broker, cut, name })
+            })
             .collect();
         // Each node learns the others' partitions' shared views, as the server's loop does.
         let (polled, links): (Vec<Broker>, Vec<Arc<InProcess>>) = (nodes.clone(), peers.clone());
@@ -728,4 +737,32 @@ async fn auto_forwarding_across_nodes_moves_each_message_once() {
     assert!(receiver.try_recv().is_none(), "a second copy arrived");
     let left = guard(cluster.nodes[1].get_queue_runtime("source")).await.unwrap();
     assert_eq!(left.transfer_message_count, 0, "the transfer queues are empty");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_without_a_key_go_round_the_partitions_of_an_unreachable_node() {
+    let mut cluster = Cluster::start(Arc::new(MemoryStore::new()), queue()).await;
+    let partitioned = QueueDescription { enable_partitioning: true, ..Default::default() };
+    guard(cluster.nodes[0].create_queue("rr", partitioned)).await.unwrap();
+    for node in &cluster.nodes {
+        guard(node.refresh_namespace()).await.unwrap();
+    }
+    cluster.deal_new_partitions().await;
+    // Node 2 becomes unreachable from the others: the next poll marks its partitions
+    // unavailable there, and sends without a partition key go to the rest.
+    cluster.peers[2].cut.store(true, Ordering::SeqCst);
+    pause(300).await;
+    let placement = cluster.nodes[0].placement();
+    let away: Vec<_> = placement
+        .iter()
+        .filter(|p| p.entity == "rr" && p.owner == ironbus_core::broker::Owner::Node("n2".into()))
+        .collect();
+    assert!(!away.is_empty() && away.iter().all(|p| !p.available), "{away:?}");
+    for i in 0..40 {
+        let sent = guard(cluster.nodes[0].send("rr", vec![Message::new(format!("{i}"))])).await;
+        assert!(sent.is_ok(), "send {i} while node 2 is unreachable: {sent:?}");
+    }
+    cluster.peers[2].cut.store(false, Ordering::SeqCst);
+    pause(300).await;
+    assert!(cluster.nodes[0].placement().iter().all(|p| p.available), "reachable again");
 }
