@@ -28,6 +28,7 @@
 //! - `bodies.rs` — the broker-wide [`BodyCache`], outgoing messages, which bodies a cycle reads.
 //! - `journal.rs` — the only code that turns records into store keys and values, both ways.
 //! - `effects.rs` — what a cycle decided, carried out after its write.
+//! - `shared.rs` — what others see of a partition without asking it (and send other nodes).
 //! - `sub_queues.rs` — [`sub_queues::SubQueues`], one value per sub-queue.
 //! - `tally.rs` — per-cycle message counters for the metrics.
 //! - `transfer.rs` — auto-forwarding's transfer ids and the ledger of transfers a destination
@@ -87,6 +88,7 @@ mod journal;
 mod locks;
 mod route;
 mod sessions;
+mod shared;
 mod state;
 mod sub_queues;
 mod tally;
@@ -97,11 +99,11 @@ mod transaction;
 mod transfer;
 
 use std::fmt;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot};
 
 pub(crate) use self::bodies::BodyCache;
 use self::budget::Budget;
@@ -110,9 +112,9 @@ use self::journal::Journal;
 pub use self::route::Owner;
 pub(crate) use self::route::{PartitionHandle, RemotePartition, Route, StartSpec, Target};
 pub(crate) use self::sessions::SessionId;
+pub(crate) use self::shared::{LaneStats, PartitionShared};
 use self::state::PartitionState;
 pub(crate) use self::state::NOT_SESSIONFUL;
-use self::sub_queues::SubQueues;
 use self::topic::TopicPart;
 pub(crate) use self::transaction::Work;
 pub(crate) use self::transfer::TransferId;
@@ -124,7 +126,7 @@ use crate::keys::EntityId;
 use crate::metrics as m;
 use crate::rules::RuleSet;
 use crate::store::{Store, StoreError, StoreErrorKind, WriteLimits};
-use crate::types::{PartitionId, SequenceNumber, SubQueue, Timestamp};
+use crate::types::{PartitionId, SequenceNumber, Timestamp};
 
 /// The most commands one cycle takes.
 const MAX_BATCH: usize = 512;
@@ -153,16 +155,6 @@ pub(crate) struct PartitionCounts {
     /// Of `transfer`: send-via transfers (transactions' sends through this entity).
     pub send_via: u64,
     pub size_bytes: u64,
-}
-
-/// A lane's shared view as its owner sends it to other nodes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct LaneStats {
-    pub(crate) available: bool,
-    /// Deliverable messages per sub-queue, in `SubQueue::ALL`'s order.
-    pub(crate) deliverable: [u64; 5],
-    pub(crate) size_bytes: u64,
-    pub(crate) ready_sessions: u64,
 }
 
 /// A session lock granted to a receiver.
@@ -195,79 +187,6 @@ pub(crate) struct Lane {
     pub(crate) id: LaneId,
     pub(crate) shared: Arc<PartitionShared>,
     pub(crate) config: Arc<LaneConfig>,
-}
-
-/// What the rest of the broker can see of a partition without asking it.
-#[derive(Debug)]
-pub(crate) struct PartitionShared {
-    available: AtomicBool,
-    deliverable: SubQueues<AtomicU64>,
-    nudge_pending: AtomicBool,
-    size_bytes: AtomicU64,
-    /// Sessions that accept-next could lock now (session-enabled entities only).
-    ready_sessions: AtomicU64,
-    /// Woken when `ready_sessions` grows: accept-next waiters wait on it.
-    pub(crate) session_ready: Notify,
-}
-
-impl PartitionShared {
-    pub(crate) fn new() -> Arc<Self> {
-        Arc::new(PartitionShared {
-            available: AtomicBool::new(true),
-            deliverable: SubQueues::default(),
-            nudge_pending: AtomicBool::new(false),
-            size_bytes: AtomicU64::new(0),
-            ready_sessions: AtomicU64::new(0),
-            session_ready: Notify::new(),
-        })
-    }
-
-    pub(crate) fn is_available(&self) -> bool {
-        self.available.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn has_deliverable(&self, queue: SubQueue) -> bool {
-        self.deliverable[queue].load(Ordering::SeqCst) > 0
-    }
-
-    pub(crate) fn size_bytes(&self) -> u64 {
-        self.size_bytes.load(Ordering::Relaxed)
-    }
-
-    /// Marks the partition (un)available without an actor: a cluster node's view of a
-    /// partition it does not run (see `route.rs`).
-    pub(crate) fn mark_available(&self, available: bool) {
-        self.available.store(available, Ordering::Release);
-    }
-
-    /// What other nodes need to know of this lane of a partition (see `remote.rs`).
-    pub(crate) fn stats(&self) -> LaneStats {
-        LaneStats {
-            available: self.is_available(),
-            deliverable: SubQueue::ALL.map(|q| self.deliverable[q].load(Ordering::SeqCst)),
-            size_bytes: self.size_bytes(),
-            ready_sessions: self.ready_sessions(),
-        }
-    }
-
-    /// Takes what the owner on another node published (see `remote.rs`).
-    pub(crate) fn apply(&self, stats: &LaneStats) {
-        self.available.store(stats.available, Ordering::Release);
-        // No actor here clears it: let the next nudge through.
-        self.nudge_pending.store(false, Ordering::Release);
-        for (q, n) in SubQueue::ALL.into_iter().zip(stats.deliverable) {
-            self.deliverable[q].store(n, Ordering::SeqCst);
-        }
-        self.size_bytes.store(stats.size_bytes, Ordering::Relaxed);
-        let before = self.ready_sessions.swap(stats.ready_sessions, Ordering::SeqCst);
-        if stats.ready_sessions > before {
-            self.session_ready.notify_waiters();
-        }
-    }
-
-    pub(crate) fn ready_sessions(&self) -> u64 {
-        self.ready_sessions.load(Ordering::SeqCst)
-    }
 }
 
 /// Where a partition lives and what it belongs to.
