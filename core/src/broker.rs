@@ -34,7 +34,8 @@ mod sessions;
 mod topics;
 pub(crate) mod transactions;
 
-pub use cluster::PartitionRef;
+pub use crate::partition::Owner;
+pub use cluster::{PartitionRef, Placement};
 pub use forwarding::creation_order;
 pub use queues::{Availability, QueueInfo, QueueRuntime};
 pub use sending::SendFuture;

@@ -107,6 +107,7 @@ pub(crate) use self::bodies::BodyCache;
 use self::budget::Budget;
 pub(crate) use self::command::Command;
 use self::journal::Journal;
+pub use self::route::Owner;
 pub(crate) use self::route::{PartitionHandle, RemotePartition, Route, StartSpec, Target};
 pub(crate) use self::sessions::SessionId;
 use self::state::PartitionState;

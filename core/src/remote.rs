@@ -57,6 +57,11 @@ pub trait Peer: Send + Sync + fmt::Debug + 'static {
     /// Sends one request to the node and returns its answer (what [`Broker::serve_link`]
     /// returned there).
     async fn call(&self, request: Bytes) -> std::result::Result<Bytes, PeerError>;
+
+    /// The node's id, as `/health` shows who runs a partition (empty when unknown).
+    fn node(&self) -> &str {
+        ""
+    }
 }
 
 /// Why a call over the link failed.
@@ -268,6 +273,10 @@ impl RemotePartition for LinkedPartition {
                 "sessions on a partition another cluster node runs",
             )),
         }
+    }
+
+    fn owner(&self) -> String {
+        self.peer.node().to_owned()
     }
 
     fn close(&self) {

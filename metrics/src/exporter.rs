@@ -59,7 +59,16 @@ impl PrometheusExporter {
     /// histogram samples every few seconds. Call it once, before the broker opens: what is
     /// recorded before a recorder is installed is lost.
     pub fn install() -> Result<Self, InstallError> {
-        let handle = Self::builder()?.install_recorder()?;
+        Self::install_labelled(&[])
+    }
+
+    /// [`install`](Self::install), every series also labelled with `labels` (a cluster node's
+    /// `node`, so that one Prometheus can scrape every node).
+    pub fn install_labelled(labels: &[(&str, &str)]) -> Result<Self, InstallError> {
+        let builder = labels
+            .iter()
+            .fold(Self::builder()?, |b, (key, value)| b.add_global_label(*key, *value));
+        let handle = builder.install_recorder()?;
         crate::describe();
         let upkeep = handle.clone();
         std::thread::Builder::new().name("ironbus-metrics-upkeep".into()).spawn(move || loop {

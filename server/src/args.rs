@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use ironbus_core::auth::SasPolicy;
 
+use crate::cluster::ClusterArgs;
 use crate::http::HttpArgs;
 use crate::stores::StoreArgs;
 use crate::tls::TlsArgs;
@@ -75,4 +76,6 @@ pub struct Args {
     pub http: HttpArgs,
     #[command(flatten)]
     pub tls: TlsArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }

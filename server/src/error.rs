@@ -64,6 +64,10 @@ pub enum ServerError {
     #[error("binding the HTTP listeners (HTTP {}, HTTPS {})", or_off(http), or_off(https))]
     BindHttp { http: Option<SocketAddr>, https: Option<SocketAddr>, source: std::io::Error },
     /// Ctrl-C or SIGTERM cannot be waited for; `action` says which step failed.
+    /// A cluster flag is missing or wrong.
+    #[error("cluster: {0}")]
+    Cluster(String),
+
     #[error("{action}")]
     Signal { action: &'static str, source: std::io::Error },
 }

@@ -14,6 +14,7 @@
 //!   development CA and `localhost` certificate).
 //! - [`http`]: the HTTP listeners' flags and binding, and AMQP over WebSockets handed to the
 //!   AMQP transport.
+//! - [`cluster`]: `--cluster`: the node's part in partition ownership and the internal link.
 //! - `faults` (feature `fault-injection`, testing only): `--testing-fault-injection`, which the
 //!   compat suites use to make one partition unavailable.
 //!
@@ -27,6 +28,7 @@
 //! operator: print the whole source chain, as the `ironbus` binary does.
 
 pub mod args;
+pub mod cluster;
 pub mod config;
 mod error;
 #[cfg(feature = "fault-injection")]

@@ -21,7 +21,11 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = ironbus::Args::parse();
     // Before the broker opens, so that nothing it records is lost.
-    let metrics = PrometheusExporter::install()?;
+    // A cluster node labels every series with its id, so that one Prometheus scrapes them all.
+    let metrics = match (&args.cluster.node_id, args.cluster.cluster) {
+        (Some(node), true) => PrometheusExporter::install_labelled(&[("node", node)])?,
+        _ => PrometheusExporter::install()?,
+    };
     let started = ironbus::start(args, &metrics).await?;
     #[allow(clippy::print_stdout, reason = "the connection strings are for people to copy")]
     for connection_string in started.connection_strings() {

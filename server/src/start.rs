@@ -11,6 +11,7 @@ use ironbus_transport_amqp::{AmqpOptions, AmqpTransport};
 use ironbus_transport_http::limits::ConnectionLimits as HttpLimits;
 use ironbus_transport_http::HttpConfig;
 
+use crate::cluster::ClusterNode;
 use crate::{config, http, policies, Args, Server, ServerError};
 
 /// The default server, its listeners bound.
@@ -21,6 +22,8 @@ pub struct Started {
     pub amqps_addr: Option<SocketAddr>,
     pub http_addr: Option<SocketAddr>,
     pub https_addr: Option<SocketAddr>,
+    /// The cluster link's address (`--cluster`).
+    pub link_addr: Option<SocketAddr>,
     /// The root key as connection strings show it (the operator's is never shown).
     pub shown_key: String,
 }
@@ -59,7 +62,13 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
         args.config.as_deref(),
     )?);
 
+    if args.cluster.cluster && args.store.store != crate::stores::StoreKind::Postgres {
+        return Err(ServerError::Cluster(
+            "--cluster needs --store postgres: every node reaches the same stores".into(),
+        ));
+    }
     let stores = args.store.open().await?;
+    let namespace_store = stores[0].clone();
     #[cfg(feature = "fault-injection")]
     let (stores, faults) = if args.testing_fault_injection {
         let (stores, faults) = crate::faults::FaultInjection::wrap(stores);
@@ -75,7 +84,7 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
         body_cache_bytes: args.body_cache_mb << 20,
         metrics_entity_labels: args.metrics_entity_labels,
         fence_token: None,
-        cluster: false,
+        cluster: args.cluster.cluster,
     };
     let opening = std::time::Instant::now();
     let broker = Broker::open_with(stores, Arc::new(SystemClock), options)
@@ -97,7 +106,19 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
             .map_err(|source| ServerError::ReadConfig { path: path.clone(), source })?;
         namespace = config::namespace_name(&text);
         let declared = config::parse(&text).map_err(in_config)?;
-        let created = config::apply(&broker, &declared).await.map_err(in_config)?;
+        // Cluster nodes starting together declare the same entities: a write that lost the
+        // race to another node's is retriable, and the retry finds the entity made.
+        let mut attempts = 0;
+        let created = loop {
+            match config::apply(&broker, &declared).await {
+                Err(e) if args.cluster.cluster && attempts < 10 => {
+                    attempts += 1;
+                    tracing::debug!(error = %e, "declaring the config's entities; again");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                result => break result.map_err(in_config)?,
+            }
+        };
         tracing::info!(
             declared = declared.entity_count(),
             created,
@@ -141,6 +162,9 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
         max_connections_per_ip: args.max_connections_per_ip,
     };
     config.websocket = Some(http::websocket_hook(amqp.stream_sender()));
+    if args.cluster.cluster {
+        config.node_id = args.cluster.node_id.clone();
+    }
     #[cfg(feature = "fault-injection")]
     if let Some(faults) = faults {
         config.plain_routes = Some(faults.routes(broker.clone()));
@@ -152,11 +176,18 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
         amqps_addr: amqp.tls_addr(),
         http_addr: http.as_ref().and_then(|http| http.plain_addr()),
         https_addr: http.as_ref().and_then(|http| http.tls_addr()),
+        link_addr: None,
         shown_key: root.shown_key().to_owned(),
         server: Server::new(broker).with(amqp),
     };
     if let Some(http) = http {
         started.server = started.server.with(http);
+    }
+    if args.cluster.cluster {
+        let broker = started.server.broker().clone();
+        let node = ClusterNode::bind(&args.cluster, broker, namespace_store).await?;
+        started.link_addr = Some(node.link_addr());
+        started.server = started.server.with(node);
     }
     tracing::info!(
         amqp = %started.amqp_addr,

@@ -105,6 +105,8 @@ pub struct HttpConfig {
     /// Serves AMQP over WebSockets: takes each connection upgraded on
     /// `/$servicebus/websocket`. Without it that path is 404.
     pub websocket: Option<WebSocketHook>,
+    /// A cluster node's id: `/health` then also says where every partition runs.
+    pub node_id: Option<String>,
 }
 
 impl HttpConfig {
@@ -119,6 +121,7 @@ impl HttpConfig {
             plain_routes: None,
             limits: ConnectionLimits::default(),
             websocket: None,
+            node_id: None,
         }
     }
 }

@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use ironbus_core::auth::{AuthError, AuthErrorKind, AuthorizationRule, EntityRules, Right};
+use ironbus_core::broker::Owner;
 use ironbus_core::transport::authorization::{entity_rules, named_entity};
 use ironbus_core::{
     Availability, Broker, EntityDescription, EntityInfo, EntityKind, EntityPath, PathShape,
@@ -502,11 +503,34 @@ impl App {
         }
         let status =
             if limited.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-        let body = json!({
+        let mut body = json!({
             "status": if limited.is_empty() { "Available" } else { "Limited" },
             "entities": entities,
             "limited_entities": limited,
         });
+        if let Some(node) = &self.config.node_id {
+            // A cluster node: where every partition runs, as this node knows it.
+            let partitions: Vec<_> = self
+                .broker
+                .placement()
+                .into_iter()
+                .map(|p| {
+                    let owner = match p.owner {
+                        Owner::Here => Some(node.clone()),
+                        Owner::Node(other) => Some(other),
+                        Owner::Unknown => None,
+                    };
+                    json!({
+                        "entity": p.entity,
+                        "partition": p.partition,
+                        "owner": owner,
+                        "available": p.available,
+                    })
+                })
+                .collect();
+            body["node"] = json!(node);
+            body["partitions"] = json!(partitions);
+        }
         let mut response = (status, body.to_string()).into_response();
         response
             .headers_mut()

@@ -19,9 +19,20 @@ use tokio::sync::oneshot;
 use super::{Broker, EntityHandle};
 use crate::error::{BrokerError, Result};
 use crate::keys::EntityId;
-use crate::partition::{self, Command, PartitionContext, PartitionHandle, StartSpec, Target};
+use crate::partition::{
+    self, Command, Owner, PartitionContext, PartitionHandle, StartSpec, Target,
+};
 use crate::remote::{LinkedPartition, Peer};
 use crate::types::PartitionId;
+
+/// Where one partition runs (see [`Broker::placement`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub entity: String,
+    pub partition: u16,
+    pub owner: Owner,
+    pub available: bool,
+}
 
 /// A partition of a queue or topic, as the cluster's ownership names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -132,6 +143,26 @@ impl Broker {
         stop(handle, old).await;
         handle.shared.mark_available(true);
         Ok(())
+    }
+
+    /// Where every partition of every queue and topic runs, as this node knows it, and whether
+    /// it is available: `/health`'s cluster view.
+    pub fn placement(&self) -> Vec<Placement> {
+        let mut placement: Vec<Placement> = self
+            .entities()
+            .values()
+            .filter(|e| e.path.parent().is_none())
+            .flat_map(|e| {
+                e.partitions.iter().map(|p| Placement {
+                    entity: e.path.to_string(),
+                    partition: p.id.0,
+                    owner: p.route.owner(),
+                    available: p.shared.is_available(),
+                })
+            })
+            .collect();
+        placement.sort_by(|a, b| (&a.entity, a.partition).cmp(&(&b.entity, b.partition)));
+        placement
     }
 
     /// A receiver id unique on this node.

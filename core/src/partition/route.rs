@@ -33,6 +33,19 @@ pub(crate) trait RemotePartition: Send + Sync + fmt::Debug {
     fn submit(&self, lane: LaneId, command: Command);
     /// The route moved away: stop what runs on its behalf (receivers' pulls).
     fn close(&self);
+    /// The id of the node that runs the partition.
+    fn owner(&self) -> String;
+}
+
+/// Which node runs a partition, as one node knows it (`/health`'s cluster view).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// This node.
+    Here,
+    /// The node with this id.
+    Node(String),
+    /// None known now: commands are refused, retriably.
+    Unknown,
 }
 
 /// Where a route sends commands now.
@@ -187,6 +200,15 @@ impl Route {
             remote.close();
         }
         Ok(old)
+    }
+
+    /// Which node runs the partition, as this node knows it.
+    pub(crate) fn owner(&self) -> Owner {
+        match &self.read().target {
+            Target::Local(_) => Owner::Here,
+            Target::Remote(remote) => Owner::Node(remote.owner()),
+            Target::Elsewhere => Owner::Unknown,
+        }
     }
 
     /// Whether the actor of this partition runs on this node.
