@@ -87,4 +87,13 @@ pub trait Host: Send + Sync + fmt::Debug + 'static {
     /// Called whenever `p`'s route changes (and once for each partition when first seen); must
     /// not block.
     fn route(&self, p: PartitionRef, route: Route);
+
+    /// The other live nodes and their link addresses, once per round (for calls that go to
+    /// every node, not to a partition's owner).
+    ///
+    /// # Behavior
+    /// Must not block. The default does nothing.
+    fn members(&self, others: &[(NodeId, String)]) {
+        let _ = others;
+    }
 }

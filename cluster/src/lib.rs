@@ -68,5 +68,5 @@ mod tests;
 pub use config::{Config, ConfigError, NodeId};
 pub use host::{Host, HostError, PartitionRef, Route};
 pub use member::Member;
-pub use ownership::{LeaveError, Ownership};
+pub use ownership::{LeaveError, Ownership, Poke};
 pub use rendezvous::{desired_owner, weight};

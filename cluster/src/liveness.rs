@@ -84,6 +84,11 @@ impl Membership {
         self.peers.iter().filter(|(_, p)| p.alive && !p.row.leaving).map(|(node, _)| node)
     }
 
+    /// The live nodes with the addresses of their links.
+    pub(crate) fn alive_links(&self) -> impl Iterator<Item = (&NodeId, &str)> {
+        self.peers.iter().filter(|(_, p)| p.alive).map(|(n, p)| (n, p.row.link_addr.as_str()))
+    }
+
     /// The nodes silent for at least `after`, with their rows' bytes.
     pub(crate) fn silent(&self, after: Duration) -> impl Iterator<Item = (&NodeId, &Bytes)> {
         self.peers.iter().filter(move |(_, p)| p.silent_for >= after).map(|(n, p)| (n, &p.raw))

@@ -123,8 +123,15 @@ impl Member {
                 return;
             }
         };
-        let partitions: BTreeSet<PartitionRef> = self.host.partitions().into_iter().collect();
         let me = &self.config.node_id;
+        let others: Vec<(NodeId, String)> = self
+            .membership
+            .alive_links()
+            .filter(|(node, _)| *node != me)
+            .map(|(node, addr)| (node.clone(), addr.to_owned()))
+            .collect();
+        self.host.members(&others);
+        let partitions: BTreeSet<PartitionRef> = self.host.partitions().into_iter().collect();
         let live: Vec<NodeId> =
             self.membership.candidates().filter(|n| *n != me || active).cloned().collect();
         let candidates = self.settle.observe(live, now, self.config.settle).to_vec();

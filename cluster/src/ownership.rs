@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use ironbus_core::{Clock, Store, StoreError};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError};
@@ -20,6 +20,18 @@ use crate::member::Member;
 pub struct Ownership {
     stop: oneshot::Sender<()>,
     task: JoinHandle<Member>,
+    poke: Poke,
+}
+
+/// Runs a node's next round at once rather than at its interval (the namespace changed: an
+/// entity's partitions wait to be claimed). Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Poke(Arc<Notify>);
+
+impl Poke {
+    pub fn poke(&self) {
+        self.0.notify_one();
+    }
 }
 
 /// Why [`Ownership::leave`] did not finish cleanly.
@@ -47,6 +59,8 @@ impl Ownership {
     /// Runs `member` round after round until stopped.
     pub fn run(mut member: Member) -> Ownership {
         let (stop, mut stopped) = oneshot::channel::<()>();
+        let poke = Poke::default();
+        let poked = poke.0.clone();
         let task = tokio::spawn(async move {
             loop {
                 let clock = Arc::clone(member.clock());
@@ -54,18 +68,24 @@ impl Ownership {
                 member.round().await;
                 tokio::select! {
                     () = clock.sleep_until(next) => {}
+                    () = poked.notified() => {}
                     _ = &mut stopped => break,
                 }
             }
             member
         });
-        Ownership { stop, task }
+        Ownership { stop, task, poke }
+    }
+
+    /// The handle that runs the next round at once.
+    pub fn poke(&self) -> Poke {
+        self.poke.clone()
     }
 
     /// Stops the rounds (after the one in flight) and leaves the cluster: see
     /// [`Member::leave`]. Call it on SIGTERM.
     pub async fn leave(self) -> Result<(), LeaveError> {
-        let Ownership { stop, task } = self;
+        let Ownership { stop, task, .. } = self;
         // A receiver gone means the task has ended already; its result says how.
         let _ = stop.send(());
         let member = task.await.map_err(|error| LeaveError::Task(error.to_string()))?;

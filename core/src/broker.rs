@@ -37,6 +37,7 @@ pub(crate) mod transactions;
 pub use crate::partition::Owner;
 pub use cluster::{PartitionRef, Placement};
 pub use forwarding::creation_order;
+pub use namespace::NamespaceListener;
 pub use queues::{Availability, QueueInfo, QueueRuntime};
 pub use sending::SendFuture;
 pub use sessions::SessionReceiver;
@@ -169,8 +170,11 @@ struct Inner {
     management: tokio::sync::Mutex<()>,
     next_entity_id: AtomicU64,
     next_receiver_id: AtomicU64,
+    /// Stand-in receivers holding sessions of partitions here for receivers on other nodes.
+    remote_holders: crate::remote::RemoteHolders,
     /// The namespace version this node's view holds (`broker/namespace.rs`).
     namespace_version: AtomicU64,
+    namespace_listener: RwLock<Option<Arc<dyn namespace::NamespaceListener>>>,
 }
 
 /// The broker engine. Cheap to clone; every clone is the same broker.
@@ -241,7 +245,9 @@ impl Broker {
             management: tokio::sync::Mutex::new(()),
             next_entity_id: AtomicU64::new(next_entity_id),
             next_receiver_id: AtomicU64::new(1),
+            remote_holders: Default::default(),
             namespace_version: AtomicU64::new(0),
+            namespace_listener: RwLock::new(None),
         });
         let broker = Broker { inner };
         let version = broker.stored_namespace_version().await?;
@@ -251,16 +257,21 @@ impl Broker {
         Ok(broker)
     }
 
-    /// Waits until every partition has loaded its state from the store (they start loading
-    /// when the broker opens) and returns how many messages they hold. Partitions that cannot
+    /// Waits until every partition running here has loaded its state from the store (they
+    /// start loading when the broker opens) and returns how many messages they hold. Partitions that cannot
     /// load (an unavailable store) are not counted.
     pub async fn recovered(&self) -> u64 {
         let entities: Vec<Arc<EntityHandle>> = self.entities().values().cloned().collect();
         let mut total = 0;
         for entity in entities {
-            for counts in
-                ask_all(&entity, |reply| Command::Counts { reply }).await.into_iter().flatten()
-            {
+            // A cluster node counts the partitions it runs (at its start: none).
+            let pending: Vec<_> = entity
+                .partitions
+                .iter()
+                .filter(|p| p.route.is_local())
+                .map(|p| p.ask(|reply| Command::Counts { reply }))
+                .collect();
+            for counts in futures_join(pending).await.into_iter().flatten() {
                 total += counts.active
                     + counts.deferred
                     + counts.scheduled
@@ -379,8 +390,9 @@ impl Broker {
                         shared: shared.clone(),
                     };
                     let id = PartitionId(p);
-                    let route =
-                        Route::new(record.id, record.name.clone(), id, spec, Target::Elsewhere);
+                    let clock = self.inner.clock.clone();
+                    let name = record.name.clone();
+                    let route = Route::new(record.id, name, id, spec, Target::Elsewhere, clock);
                     if self.inner.cluster {
                         shared.mark_available(false);
                     } else {
@@ -519,6 +531,7 @@ impl Broker {
         self.entities_mut().insert(path.key().to_owned(), handle.clone());
         self.ensure_forwarder(&handle);
         tracing::info!(entity = %name, kind = kind.as_str(), partitions, "entity created");
+        self.wait_placed(&handle).await;
         Ok(entity_info(&record))
     }
 
@@ -674,6 +687,15 @@ fn by_partition<'a>(
 }
 
 /// Asks every partition of an entity at once; answers in partition order.
+/// Awaits every future, in order.
+async fn futures_join<T>(pending: Vec<impl std::future::Future<Output = T>>) -> Vec<T> {
+    let mut answers = Vec::with_capacity(pending.len());
+    for answer in pending {
+        answers.push(answer.await);
+    }
+    answers
+}
+
 pub(crate) async fn ask_all<T>(
     entity: &EntityHandle,
     make: impl Fn(oneshot::Sender<Result<T>>) -> Command,

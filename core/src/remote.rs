@@ -13,8 +13,10 @@
 //!   partitions. A pull that exhausted its partition waits [`PULL_IDLE`] before the next one,
 //!   holding no credit. A receiver therefore never holds more than its credit, however many
 //!   nodes serve it, and no credit waits on an empty partition.
-//! - Not yet across nodes: sessions (they answer `Unimplemented`), and the size quota (a
-//!   node counts only the partitions it runs).
+//! - Sessions (`remote/sessions.rs`): the owner grants a session to a stand-in receiver that
+//!   holds it for the receiver on the caller's node, which a session pull loop feeds with
+//!   borrowed credit in the same way; a route that moves loses the sessions it served.
+//! - Not yet across nodes: the size quota (a node counts only the partitions it runs).
 //!
 //! **Architecture Invariant:** a node serves a link request only for a partition that runs on
 //! it; otherwise it answers `PartitionUnavailable` (the caller's view is stale), so a request
@@ -37,6 +39,12 @@ use crate::error::{BrokerError, Result};
 use crate::partition::{Command, LaneId, LaneStats, RemotePartition, Route};
 use crate::receiver::ReceiverShared;
 use crate::types::PartitionId;
+
+mod sessions;
+
+pub(crate) use self::sessions::RemoteHolders;
+use self::sessions::SessionLinks;
+pub use self::sessions::SESSION_PROBE;
 
 /// The most messages one pull borrows credit for.
 pub const MAX_PULL: u32 = 64;
@@ -84,6 +92,8 @@ pub(crate) struct LinkedPartition {
     pulls: Mutex<HashMap<u64, oneshot::Sender<()>>>,
     /// Wakes the pull loops at once (a nudge: the owner published deliverable messages).
     wake: Arc<Notify>,
+    /// Sessions held on the owner for receivers here.
+    sessions: Arc<SessionLinks>,
 }
 
 impl fmt::Debug for LinkedPartition {
@@ -99,13 +109,17 @@ impl LinkedPartition {
         entity_name: &str,
         clock: Arc<dyn Clock>,
     ) -> Self {
+        let wake = Arc::new(Notify::new());
+        let sessions =
+            SessionLinks::new(peer.clone(), at, entity_name, clock.clone(), wake.clone());
         LinkedPartition {
             peer,
             at,
             entity_name: entity_name.to_owned(),
             clock,
             pulls: Mutex::new(HashMap::new()),
-            wake: Arc::new(Notify::new()),
+            wake,
+            sessions,
         }
     }
 
@@ -257,6 +271,7 @@ impl RemotePartition for LinkedPartition {
                 if let Some(stop) = self.pulls().remove(&id) {
                     let _ = stop.send(());
                 }
+                self.sessions.detach(id);
             }
             Command::Deliver => self.wake.notify_waiters(),
             // Management reaches the owner through the namespace, not the link.
@@ -269,9 +284,12 @@ impl RemotePartition for LinkedPartition {
             command @ (Command::Drain(_) | Command::Stop(_)) => {
                 command.refuse(&BrokerError::ShuttingDown);
             }
-            command => command.refuse(&BrokerError::Unimplemented(
-                "sessions on a partition another cluster node runs",
-            )),
+            command @ (Command::AcceptSession { .. }
+            | Command::RenewSession { .. }
+            | Command::SessionState { .. }
+            | Command::ListSessions { .. }
+            | Command::PeekSession { .. }
+            | Command::ReceiveDeferredSession { .. }) => self.sessions.submit(lane, command),
         }
     }
 
@@ -283,6 +301,7 @@ impl RemotePartition for LinkedPartition {
         for (_, stop) in self.pulls().drain() {
             let _ = stop.send(());
         }
+        self.sessions.close();
     }
 }
 
@@ -429,6 +448,16 @@ impl Broker {
                 let messages = stand_in.reclaim().await;
                 route.send(lane, Command::Detach(stand_in.id));
                 LinkReply::Messages(messages)
+            }
+            request @ (LinkRequest::AcceptSession { .. }
+            | LinkRequest::SessionPull { .. }
+            | LinkRequest::DetachSession { .. }
+            | LinkRequest::RenewSession { .. }
+            | LinkRequest::SessionState { .. }
+            | LinkRequest::ListSessions { .. }
+            | LinkRequest::PeekSession { .. }
+            | LinkRequest::ReceiveDeferredSession { .. }) => {
+                self.serve_session(at, lane, &route, request).await?
             }
         })
     }

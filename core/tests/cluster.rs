@@ -8,6 +8,9 @@
 //! - A stale owner's write is refused and leaves nothing behind.
 //! - Entities created, updated and deleted through one node reach the others, and two nodes
 //!   never write the namespace from the same view.
+//! - A session accepted through a node that does not run its partition is served, locked,
+//!   renewed and released as on one node; its lock is lost (its messages not) when the
+//!   partition moves or the lock expires on the owner.
 //!
 //! The brokers run on the system clock: a pull waits for messages on the owner's clock.
 //! `guard` only bounds each operation against a hang.
@@ -446,4 +449,250 @@ async fn a_transaction_through_a_non_owner_commits_whole() {
     let runtime = guard(cluster.nodes[0].get_queue_runtime(QUEUE)).await.unwrap();
     assert_eq!(runtime.active_message_count, 2, "the first completed, two sent");
     assert_eq!(runtime.scheduled_message_count, 1);
+}
+
+// ---- sessions on partitions another node runs ----
+
+fn session_queue() -> QueueDescription {
+    QueueDescription { enable_partitioning: true, requires_session: true, ..Default::default() }
+}
+
+/// Session ids (after skipping `skip` of them) whose partition node `node` runs.
+fn session_on(cluster: &Cluster, node: usize, skip: usize) -> (String, PartitionRef) {
+    let on = cluster.partitions_on(node);
+    (0..)
+        .map(|i| format!("session{i}"))
+        .filter_map(|s| {
+            let p = ironbus_core::router::partition_for_key(&s, PARTITIONS).0;
+            on.iter().find(|at| at.partition == p).map(|at| (s, *at))
+        })
+        .nth(skip)
+        .unwrap()
+}
+
+/// Sends one message per id to `session` through `broker`, in order.
+async fn send_session(broker: &Broker, session: &str, ids: impl IntoIterator<Item = usize>) {
+    for id in ids {
+        let m = message(id).with_session_id(session);
+        guard(broker.send(QUEUE, vec![m])).await.expect("send to a session");
+    }
+}
+
+fn body(m: &ironbus_core::ReceivedMessage) -> String {
+    String::from_utf8(m.message.body.to_vec()).unwrap()
+}
+
+/// Accepts `session` through `broker`, retrying what fails retriably for a while (a route
+/// that just moved).
+async fn accept(broker: &Broker, session: &str) -> ironbus_core::SessionReceiver {
+    for _ in 0..100 {
+        match guard(broker.accept_session(QUEUE, session, ReceiveMode::PeekLock)).await {
+            Ok(receiver) => return receiver,
+            Err(e) if e.is_retriable() => pause(20).await,
+            Err(e) => panic!("accept {session}: {e}"),
+        }
+    }
+    panic!("{session} could not be accepted")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_accepted_through_a_non_owner_is_served_in_order() {
+    let cluster = Cluster::start(Arc::new(MemoryStore::new()), session_queue()).await;
+    let (session, at) = session_on(&cluster, 2, 0);
+    let node = &cluster.nodes[0];
+    send_session(&cluster.nodes[1], &session, 0..5).await;
+    let receiver = accept(node, &session).await;
+    assert_eq!(receiver.session_id(), session);
+    assert_eq!(receiver.partition().0, at.partition, "held on the owner's partition");
+    // Messages sent after the accept reach the holder too.
+    send_session(&cluster.nodes[2], &session, 5..10).await;
+
+    // Less credit than messages: the pull loop borrows it a little at a time.
+    receiver.add_credit(3);
+    let mut bodies = Vec::new();
+    let mut last = None;
+    while bodies.len() < 10 {
+        let m = guard(receiver.recv()).await.expect("a message of the session");
+        assert!(last < Some(m.sequence_number()), "in sequence order");
+        last = Some(m.sequence_number());
+        assert!(receiver.outstanding() <= 3, "never more than the credit given");
+        bodies.push(body(&m));
+        if bodies.len() == 4 {
+            // One deferred, then received by its sequence number through the holder.
+            let deferred = m.sequence_number();
+            let defer = ironbus_core::Disposition::Defer { properties: Default::default() };
+            guard(node.settle(QUEUE, m.lock_token().unwrap(), defer)).await.expect("defer");
+            let again = guard(receiver.receive_deferred(&[deferred], ReceiveMode::PeekLock))
+                .await
+                .expect("a deferred receive through the holder");
+            assert_eq!(again.len(), 1);
+            assert_eq!(again[0].sequence_number(), deferred);
+            guard(node.complete(QUEUE, again[0].lock_token().unwrap())).await.unwrap();
+        } else {
+            guard(node.complete(QUEUE, m.lock_token().unwrap())).await.expect("complete");
+        }
+        receiver.add_credit(1);
+    }
+    let expected: Vec<String> = (0..10).map(|id| format!("body {id}")).collect();
+    assert_eq!(bodies, expected);
+    assert_eq!(counts(&cluster.nodes[1]).await, 0, "every completion reached the owner");
+
+    // Session state through the holder, seen by a plain read through another node.
+    guard(receiver.set_state(Some(Bytes::from("step 10")))).await.expect("set state");
+    assert_eq!(guard(receiver.state()).await.unwrap(), Some(Bytes::from("step 10")));
+    let seen = guard(cluster.nodes[1].session_state(QUEUE, &session)).await.unwrap();
+    assert_eq!(seen, Some(Bytes::from("step 10")));
+    let listed =
+        guard(cluster.nodes[1].list_sessions(QUEUE, None, None, 0, 100)).await.expect("list");
+    assert_eq!(listed, vec![session.clone()], "listed through another node by its state");
+    send_session(&cluster.nodes[1], &session, 10..11).await;
+    let peeked =
+        guard(cluster.nodes[1].peek_session(QUEUE, &session, SequenceNumber(0), 10)).await.unwrap();
+    assert_eq!(peeked.iter().map(body).collect::<Vec<_>>(), vec!["body 10".to_string()]);
+
+    // The session lock is renewed on the owner.
+    let before = receiver.locked_until();
+    pause(20).await;
+    let renewed = guard(receiver.renew_lock()).await.expect("renew");
+    assert!(renewed > before, "{renewed:?} after {before:?}");
+    assert_eq!(receiver.locked_until(), renewed);
+    assert!(!receiver.is_lock_lost());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accept_next_through_a_non_owner_finds_sessions_on_other_nodes() {
+    let cluster = Cluster::start(Arc::new(MemoryStore::new()), session_queue()).await;
+    let (first, _) = session_on(&cluster, 1, 0);
+    let (second, _) = session_on(&cluster, 2, 0);
+    send_session(&cluster.nodes[1], &first, [1]).await;
+    send_session(&cluster.nodes[2], &second, [2]).await;
+
+    // Node 0 runs neither partition: it learns of the ready sessions through `poll_stats`.
+    let node = &cluster.nodes[0];
+    let mut accepted = BTreeSet::new();
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let receiver =
+            guard(node.accept_next_session(QUEUE, ReceiveMode::PeekLock, Duration::from_secs(5)))
+                .await
+                .expect("a ready session on another node");
+        receiver.add_credit(1);
+        let m = guard(receiver.recv()).await.expect("its message");
+        assert_eq!(m.message.properties.session_id.as_deref(), Some(receiver.session_id()));
+        accepted.insert(receiver.session_id().to_owned());
+        held.push(receiver);
+    }
+    assert_eq!(accepted, BTreeSet::from([first, second]));
+    let none =
+        node.accept_next_session(QUEUE, ReceiveMode::PeekLock, Duration::from_millis(300)).await;
+    assert!(matches!(none, Err(ironbus_core::SessionError::Timeout(_))), "{none:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_held_through_one_node_is_refused_through_another_until_released() {
+    let cluster = Cluster::start(Arc::new(MemoryStore::new()), session_queue()).await;
+    let (session, _) = session_on(&cluster, 2, 0);
+    send_session(&cluster.nodes[2], &session, 0..2).await;
+    let first = accept(&cluster.nodes[0], &session).await;
+    first.add_credit(1);
+    let m = guard(first.recv()).await.unwrap();
+    assert_eq!(body(&m), "body 0");
+
+    let refused = guard(cluster.nodes[1].accept_session(QUEUE, &session, ReceiveMode::PeekLock))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, ironbus_core::SessionError::CannotBeLocked { session: s } if *s == session),
+        "{refused:?}"
+    );
+    let owner = guard(cluster.nodes[2].accept_session(QUEUE, &session, ReceiveMode::PeekLock))
+        .await
+        .unwrap_err();
+    assert!(matches!(owner, ironbus_core::SessionError::CannotBeLocked { .. }), "{owner:?}");
+
+    // Dropping the holder releases the session on its owner (the detach travels the link),
+    // and its uncompleted message with it.
+    drop(first);
+    let mut second = None;
+    for _ in 0..100 {
+        match guard(cluster.nodes[1].accept_session(QUEUE, &session, ReceiveMode::PeekLock)).await {
+            Ok(receiver) => {
+                second = Some(receiver);
+                break;
+            }
+            Err(ironbus_core::SessionError::CannotBeLocked { .. }) => pause(10).await,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let second = second.expect("accepted through another node once released");
+    second.add_credit(2);
+    let again = guard(second.recv()).await.unwrap();
+    assert_eq!(body(&again), "body 0", "the released message comes again, first");
+    assert_eq!(body(&guard(second.recv()).await.unwrap()), "body 1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_a_sessions_partition_loses_its_remote_holder_and_no_message() {
+    let mut cluster = Cluster::start(Arc::new(MemoryStore::new()), session_queue()).await;
+    let (session, at) = session_on(&cluster, 2, 0);
+    send_session(&cluster.nodes[1], &session, 0..6).await;
+    let node = cluster.nodes[0].clone();
+    let receiver = accept(&node, &session).await;
+    receiver.add_credit(3);
+    let mut held = Vec::new();
+    for expected in 0..3 {
+        let m = guard(receiver.recv()).await.unwrap();
+        assert_eq!(body(&m), format!("body {expected}"));
+        held.push(m);
+    }
+    guard(node.complete(QUEUE, held[0].lock_token().unwrap())).await.expect("complete");
+
+    // The partition moves to node 1: the session lock stayed with node 2.
+    cluster.move_to(at, 1).await;
+    assert!(receiver.is_lock_lost(), "the remote holder lost its session");
+    assert!(guard(receiver.recv()).await.is_none(), "and receives no more");
+    let stale = guard(node.complete(QUEUE, held[1].lock_token().unwrap())).await;
+    assert!(stale.is_err(), "a lost session's message lock is gone: {stale:?}");
+    drop(receiver);
+
+    // A new accept gets every message not completed, in order: nothing lost.
+    let again = accept(&node, &session).await;
+    again.add_credit(10);
+    let mut bodies = Vec::new();
+    while bodies.len() < 5 {
+        let m = guard(again.recv()).await.unwrap();
+        bodies.push(body(&m));
+        guard(node.complete(QUEUE, m.lock_token().unwrap())).await.expect("complete");
+    }
+    let expected: Vec<String> = (1..6).map(|id| format!("body {id}")).collect();
+    assert_eq!(bodies, expected);
+    assert_eq!(counts(&cluster.nodes[2]).await, 0);
+
+    // Moving it to the holder's own node loses the remote holder as well.
+    cluster.move_to(at, 0).await;
+    assert!(again.is_lock_lost());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_lock_expiring_on_the_owner_is_lost_through_the_link() {
+    // The shortest lock Service Bus allows.
+    let lock = Duration::from_secs(5);
+    let description = QueueDescription { lock_duration: lock, ..session_queue() };
+    let cluster = Cluster::start(Arc::new(MemoryStore::new()), description).await;
+    let (session, _) = session_on(&cluster, 1, 0);
+    send_session(&cluster.nodes[1], &session, [0]).await;
+    let receiver = accept(&cluster.nodes[0], &session).await;
+    // No credit: the pull loop only probes, and learns of the expiry all the same.
+    assert!(!receiver.is_lock_lost());
+    let lost_within = lock + ironbus_core::remote::SESSION_PROBE * 3;
+    let deadline = SystemClock.now().saturating_add(lost_within);
+    while !receiver.is_lock_lost() && SystemClock.now() < deadline {
+        pause(50).await;
+    }
+    assert!(receiver.is_lock_lost(), "the lock expired on the owner");
+    let renewed = guard(receiver.renew_lock()).await;
+    assert!(matches!(renewed, Err(ironbus_core::SessionError::LockLost)), "{renewed:?}");
+    let next = accept(&cluster.nodes[2], &session).await;
+    next.add_credit(1);
+    assert_eq!(body(&guard(next.recv()).await.unwrap()), "body 0");
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use ironbus_cluster::{Config, Host, HostError, NodeId, Ownership, PartitionRef, Route};
+use ironbus_cluster::{Config, Host, HostError, NodeId, Ownership, PartitionRef, Poke, Route};
 use ironbus_core::remote::{Peer, PeerError};
 use ironbus_core::transport::TransportError;
 use ironbus_core::types::PartitionId;
@@ -29,6 +29,10 @@ use crate::ServerError;
 
 /// The method every partition call of the link uses.
 const PARTITION_CALL: &str = "partition";
+/// The method by which a node that changed the namespace has the others re-read it.
+const NAMESPACE_CALL: &str = "namespace";
+/// How long a management operation waits for the other nodes to re-read the namespace.
+const NAMESPACE_NOTICE_WAIT: Duration = Duration::from_secs(2);
 /// How often a node re-reads the namespace for other nodes' changes.
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// How often a node asks the others for their partitions' shared views.
@@ -135,12 +139,13 @@ impl ClusterNode {
             ServerError::Cluster("--cluster needs --node-id (or IRONBUS_NODE_ID)".into())
         })?;
         let link_config = args.link(node_id)?;
-        let handler = Arc::new(ServeLink(broker.clone()));
+        let host = BrokerHost::start(broker.clone(), link_config.clone());
+        let handler = Arc::new(ServeLink(broker.clone(), Arc::downgrade(&host)));
         let link = LinkServer::bind(args.link_addr, link_config.clone(), handler).await.map_err(
             |source| ServerError::Bind { listener: "cluster link", addr: args.link_addr, source },
         )?;
         let config = args.ownership(node_id, args.advertised(link.local_addr()))?;
-        let host = BrokerHost::start(broker, link_config);
+        broker.set_namespace_listener(Arc::new(TellPeers(Arc::downgrade(&host))));
         tracing::info!(node = node_id, link = %link.local_addr(), advertised = %config.link_addr, "cluster node");
         Ok(ClusterNode { link, config, store, host })
     }
@@ -166,6 +171,7 @@ impl Transport for ClusterNode {
         let clock = Arc::new(SystemClock);
         let ownership = Ownership::start(config, store, clock, host.clone())
             .map_err(|e| TransportError::from(format!("cluster: {e}")))?;
+        let _ = host.poke.set(ownership.poke());
         let background = tokio::spawn(keep_current(broker, host));
         shutdown.wait().await;
         background.abort();
@@ -200,14 +206,25 @@ async fn keep_current(broker: Broker, host: Arc<BrokerHost>) {
     }
 }
 
-/// Serves other nodes' partition calls.
-struct ServeLink(Broker);
+/// Serves other nodes' calls: partition calls, and namespace notices.
+struct ServeLink(Broker, std::sync::Weak<BrokerHost>);
 
 #[async_trait]
 impl Handler for ServeLink {
     async fn call(&self, _from: &PeerId, method: &str, body: Bytes) -> Result<Bytes, CallError> {
         match method {
             PARTITION_CALL => Ok(self.0.serve_link(&body).await),
+            NAMESPACE_CALL => {
+                let refreshed = self.0.refresh_namespace_if_idle().await;
+                // New entities' partitions are claimed in the next round: run it now.
+                if let Some(host) = self.1.upgrade() {
+                    host.poke_ownership();
+                }
+                match refreshed {
+                    Ok(_) => Ok(Bytes::new()),
+                    Err(e) => Err(CallError::new("namespace", e.to_string())),
+                }
+            }
             other => Err(CallError::new("unknown-method", format!("no link method {other:?}"))),
         }
     }
@@ -231,6 +248,42 @@ impl Peer for LinkPeer {
     }
 }
 
+/// Has the other nodes re-read the namespace after this node changed it, waiting for them a
+/// little (a node that does not answer in time learns it within a second anyway).
+struct TellPeers(std::sync::Weak<BrokerHost>);
+
+#[async_trait]
+impl ironbus_core::broker::NamespaceListener for TellPeers {
+    async fn changed(&self, version: u64) {
+        let Some(host) = self.0.upgrade() else { return };
+        let mut told = tokio::task::JoinSet::new();
+        for (_, peer) in host.peer_list() {
+            told.spawn(async move {
+                let call = peer.1.call(NAMESPACE_CALL, Bytes::new());
+                match tokio::time::timeout(NAMESPACE_NOTICE_WAIT, call).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::debug!(node = %peer.0, version, error = %e, "namespace notice")
+                    }
+                    Err(_) => {
+                        tracing::debug!(node = %peer.0, version, "namespace notice timed out")
+                    }
+                }
+            });
+        }
+        while told.join_next().await.is_some() {}
+        // This node's own round too, once the operation has started what it created (the
+        // write this tells of is durable; the broker applies it right after).
+        let host = Arc::downgrade(&host);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if let Some(host) = host.upgrade() {
+                host.poke_ownership();
+            }
+        });
+    }
+}
+
 /// A route change, or a marker whose answer says every change before it is applied.
 enum RouteChange {
     To(PartitionRef, Route),
@@ -244,6 +297,8 @@ struct BrokerHost {
     /// The other nodes by id: their link address and client.
     peers: Mutex<HashMap<String, (String, Arc<LinkPeer>)>>,
     routes: mpsc::UnboundedSender<RouteChange>,
+    /// Runs the next ownership round at once, once ownership runs.
+    poke: std::sync::OnceLock<Poke>,
 }
 
 impl std::fmt::Debug for BrokerHost {
@@ -255,7 +310,9 @@ impl std::fmt::Debug for BrokerHost {
 impl BrokerHost {
     fn start(broker: Broker, link: LinkConfig) -> Arc<BrokerHost> {
         let (routes, changes) = mpsc::unbounded_channel();
-        let host = Arc::new(BrokerHost { broker, link, peers: Mutex::new(HashMap::new()), routes });
+        let peers = Mutex::new(HashMap::new());
+        let poke = std::sync::OnceLock::new();
+        let host = Arc::new(BrokerHost { broker, link, peers, routes, poke });
         tokio::spawn(apply_routes(Arc::downgrade(&host), changes));
         host
     }
@@ -276,6 +333,18 @@ impl BrokerHost {
                 peers.insert(node_id.to_owned(), (addr.to_owned(), peer.clone()));
                 peer
             }
+        }
+    }
+
+    /// Every other node known, by id.
+    fn peer_list(&self) -> Vec<(String, Arc<LinkPeer>)> {
+        let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        peers.iter().map(|(node, (_, peer))| (node.clone(), peer.clone())).collect()
+    }
+
+    fn poke_ownership(&self) {
+        if let Some(poke) = self.poke.get() {
+            poke.poke();
         }
     }
 
@@ -332,7 +401,17 @@ impl Host for BrokerHost {
         self.broker.acquire(core_ref(p), token).await.map_err(|e| match e {
             BrokerError::Store(s) if s.kind == StoreErrorKind::Conflict => HostError::Fenced,
             e => HostError::Unavailable(e.to_string()),
-        })
+        })?;
+        // The others learn the new owner in their next round: run it now (what they have
+        // for this partition waits on its route meanwhile).
+        for (node, peer) in self.peer_list() {
+            tokio::spawn(async move {
+                if let Err(e) = peer.1.call(NAMESPACE_CALL, Bytes::new()).await {
+                    tracing::debug!(node, error = %e, "ownership notice");
+                }
+            });
+        }
+        Ok(())
     }
 
     async fn release(&self, p: PartitionRef) {
@@ -344,5 +423,11 @@ impl Host for BrokerHost {
 
     fn route(&self, p: PartitionRef, route: Route) {
         let _ = self.routes.send(RouteChange::To(p, route));
+    }
+
+    fn members(&self, others: &[(NodeId, String)]) {
+        for (node, addr) in others {
+            self.peer(node.as_str(), addr);
+        }
     }
 }

@@ -214,6 +214,15 @@ async fn three_nodes_share_the_partitions_and_serve_any_client() {
         assert_eq!(p["available"], true, "{p}");
     }
 
+    // An entity created through one node is known to the others by the time it answers.
+    let description = ironbus_core::QueueDescription::default();
+    nodes[0].broker.create_queue("fresh", description).await.expect("create through node 0");
+    for node in &nodes[1..] {
+        node.broker.get_queue("fresh").await.expect("known at every node once created");
+    }
+    nodes[1].broker.delete_queue("fresh").await.expect("delete through node 1");
+    assert!(nodes[0].broker.get_queue("fresh").await.is_err(), "gone at every node once deleted");
+
     send(nodes[0].amqp, 40).await;
     let got = receive(nodes[2].amqp, 40).await;
     let mut expected: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();

@@ -25,6 +25,10 @@ use crate::partition::{
 use crate::remote::{LinkedPartition, Peer};
 use crate::types::PartitionId;
 
+/// How long a creation waits for its partitions to be claimed (see `wait_placed`).
+const PLACEMENT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+const PLACEMENT_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Where one partition runs (see [`Broker::placement`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
@@ -165,9 +169,35 @@ impl Broker {
         placement
     }
 
+    /// In a cluster whose nodes hear of management writes (a namespace listener), waits a
+    /// little for a new entity's partitions to be claimed, so that a client may use the entity
+    /// as soon as its creation answers. Gives up quietly after a few seconds: the partitions
+    /// are then unavailable, retriably, until claimed.
+    pub(super) async fn wait_placed(&self, entity: &EntityHandle) {
+        let listening =
+            self.inner.namespace_listener.read().unwrap_or_else(|e| e.into_inner()).is_some();
+        if !self.inner.cluster || !listening {
+            return;
+        }
+        let clock = &self.inner.clock;
+        let deadline = clock.now().saturating_add(PLACEMENT_WAIT);
+        while entity.partitions.iter().any(|p| p.route.owner() == Owner::Unknown) {
+            if clock.now() >= deadline {
+                tracing::info!(entity = %entity.path, "created; partitions not yet claimed");
+                return;
+            }
+            clock.sleep_until(clock.now().saturating_add(PLACEMENT_POLL)).await;
+        }
+    }
+
     /// A receiver id unique on this node.
     pub(crate) fn new_receiver_id(&self) -> u64 {
         self.inner.next_receiver_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The stand-ins holding sessions here for receivers on other nodes (`remote/sessions.rs`).
+    pub(crate) fn remote_holders(&self) -> &crate::remote::RemoteHolders {
+        &self.inner.remote_holders
     }
 
     /// Whether partition `at` runs on this node.

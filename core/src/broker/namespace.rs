@@ -40,6 +40,11 @@ impl Broker {
         match self.namespace_store().write(batch).await {
             Ok(()) => {
                 self.inner.namespace_version.store(version + 1, Ordering::Release);
+                let listener =
+                    self.inner.namespace_listener.read().unwrap_or_else(|e| e.into_inner()).clone();
+                if let Some(listener) = listener {
+                    listener.changed(version + 1).await;
+                }
                 Ok(())
             }
             Err(e) if e.kind == StoreErrorKind::Conflict => {
@@ -72,6 +77,23 @@ impl Broker {
     pub async fn refresh_namespace(&self) -> Result<bool> {
         let _guard = self.inner.management.lock().await;
         self.refresh_locked().await
+    }
+
+    /// Re-reads the namespace unless a management operation holds it now (which re-reads it
+    /// itself); for another node's notice that it changed the namespace.
+    pub async fn refresh_namespace_if_idle(&self) -> Result<bool> {
+        match self.inner.management.try_lock() {
+            Ok(_guard) => self.refresh_locked().await,
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// Tells `listener` of every management write this node makes, once it is durable and
+    /// before the operation answers: a cluster node has the other nodes re-read the
+    /// namespace then, so that what a client created through one node is there on every node
+    /// by the time the client hears back.
+    pub fn set_namespace_listener(&self, listener: Arc<dyn NamespaceListener>) {
+        *self.inner.namespace_listener.write().unwrap_or_else(|e| e.into_inner()) = Some(listener);
     }
 
     /// The namespace version in the store (0 before the first management write).
@@ -253,6 +275,14 @@ impl Broker {
         self.ensure_forwarder(&handle);
         Ok(())
     }
+}
+
+/// What hears of this node's management writes (see [`Broker::set_namespace_listener`]).
+#[async_trait::async_trait]
+pub trait NamespaceListener: Send + Sync + 'static {
+    /// The namespace is at `version` now. Bounded in time by the implementation: the
+    /// management operation waits for it.
+    async fn changed(&self, version: u64);
 }
 
 fn path_of(record: &EntityRecord) -> EntityPath {

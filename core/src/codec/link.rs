@@ -15,16 +15,16 @@ use std::sync::Arc;
 use bytes::Bytes;
 use uuid::Uuid;
 
-use self::error::{decode_error, encode_error};
+use self::error::{decode_error, decode_session_error, encode_error, encode_session_error};
 use super::message::{decode_body, encode_body};
 use super::primitives::{DecodeResult, Reader, Writer};
 use super::properties::{decode_properties, encode_properties};
 use crate::broker::PartitionRef;
-use crate::error::BrokerError;
+use crate::error::{BrokerError, SessionError};
 use crate::message::{
     BrokerProperties, Disposition, Message, MessageLock, MessageState, ReceivedMessage,
 };
-use crate::partition::{LaneStats, PartitionCounts, SendOutcome, TransferId, Work};
+use crate::partition::{LaneStats, PartitionCounts, SendOutcome, SessionId, TransferId, Work};
 use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp};
 
 mod error;
@@ -73,6 +73,54 @@ pub(crate) enum LinkRequest {
         mode: ReceiveMode,
         max: u32,
     },
+    /// Locks a session (`None`: the next ready one) for a receiver on the caller's node: a
+    /// stand-in receiver on the owner holds it (`remote/sessions.rs`).
+    AcceptSession {
+        session: Option<SessionId>,
+        mode: ReceiveMode,
+    },
+    /// Up to `max` messages of the session the stand-in `holder` holds, delivered in one
+    /// cycle against that much lent credit (0: only whether it still holds the session).
+    SessionPull {
+        holder: u64,
+        max: u32,
+    },
+    /// The receiver on the caller's node closed: the stand-in releases its session.
+    DetachSession {
+        holder: u64,
+    },
+    RenewSession {
+        holder: u64,
+    },
+    SessionState {
+        session: SessionId,
+        holder: Option<u64>,
+        set: Option<Option<Bytes>>,
+    },
+    ListSessions {
+        updated_after: Option<Timestamp>,
+        after: Option<String>,
+        max: u32,
+    },
+    PeekSession {
+        session: SessionId,
+        from: SequenceNumber,
+        max: u32,
+    },
+    ReceiveDeferredSession {
+        holder: u64,
+        sequence_numbers: Vec<SequenceNumber>,
+        mode: ReceiveMode,
+    },
+}
+
+/// A session lock the owner granted to its stand-in `holder`, for a receiver on the caller's
+/// node.
+#[derive(Debug, Clone)]
+pub(crate) struct RemoteGrant {
+    pub(crate) session: SessionId,
+    pub(crate) locked_until: Timestamp,
+    pub(crate) holder: u64,
 }
 
 /// The owner's answer to a [`LinkRequest`], or its error.
@@ -89,6 +137,17 @@ pub(crate) enum LinkReply {
     /// Per lane (its entity id) and partition: its shared view.
     Stats(Vec<(u64, u16, LaneStats)>),
     Failed(BrokerError),
+    /// An accept's answer: `None` when accept-next found no ready session.
+    SessionAccepted(Option<RemoteGrant>),
+    /// A session pull's messages, and whether the stand-in lost its session (it expired, or
+    /// the holder is unknown): the caller's receiver loses it too.
+    SessionMessages {
+        messages: Vec<ReceivedMessage>,
+        lost: bool,
+    },
+    SessionState(Option<Bytes>),
+    Sessions(Vec<String>),
+    SessionFailed(SessionError),
 }
 
 pub(crate) fn encode_request(at: PartitionRef, lane: u64, request: &LinkRequest) -> Bytes {
@@ -168,6 +227,60 @@ pub(crate) fn encode_request(at: PartitionRef, lane: u64, request: &LinkRequest)
             w.u8(receive_mode(*mode));
             w.u32(*max);
         }
+        LinkRequest::AcceptSession { session, mode } => {
+            w.u8(15);
+            opt_session(&mut w, session.as_ref());
+            w.u8(receive_mode(*mode));
+        }
+        LinkRequest::SessionPull { holder, max } => {
+            w.u8(16);
+            w.u64(*holder);
+            w.u32(*max);
+        }
+        LinkRequest::DetachSession { holder } => {
+            w.u8(17);
+            w.u64(*holder);
+        }
+        LinkRequest::RenewSession { holder } => {
+            w.u8(18);
+            w.u64(*holder);
+        }
+        LinkRequest::SessionState { session, holder, set } => {
+            w.u8(19);
+            w.str(session);
+            match holder {
+                Some(h) => {
+                    w.u8(1);
+                    w.u64(*h);
+                }
+                None => w.u8(0),
+            }
+            match set {
+                Some(state) => {
+                    w.u8(1);
+                    w.opt_bytes(state);
+                }
+                None => w.u8(0),
+            }
+        }
+        LinkRequest::ListSessions { updated_after, after, max } => {
+            w.u8(20);
+            w.opt_i64(updated_after.map(Timestamp::as_millis));
+            w.opt_str(after);
+            w.u32(*max);
+        }
+        LinkRequest::PeekSession { session, from, max } => {
+            w.u8(21);
+            w.str(session);
+            w.i64(from.0);
+            w.u32(*max);
+        }
+        LinkRequest::ReceiveDeferredSession { holder, sequence_numbers: numbers, mode } => {
+            w.u8(22);
+            w.u64(*holder);
+            w.u8(receive_mode(*mode));
+            sequence_numbers(&mut w, numbers);
+        }
     }
     w.finish()
 }
@@ -211,6 +324,33 @@ pub(crate) fn decode_request(bytes: &[u8]) -> DecodeResult<(PartitionRef, u64, L
             queue: read_sub_queue(&mut r)?,
             mode: read_receive_mode(&mut r)?,
             max: r.u32()?,
+        },
+        15 => LinkRequest::AcceptSession {
+            session: r.opt(|r| Ok(SessionId::from(r.str()?)))?,
+            mode: read_receive_mode(&mut r)?,
+        },
+        16 => LinkRequest::SessionPull { holder: r.u64()?, max: r.u32()? },
+        17 => LinkRequest::DetachSession { holder: r.u64()? },
+        18 => LinkRequest::RenewSession { holder: r.u64()? },
+        19 => LinkRequest::SessionState {
+            session: SessionId::from(r.str()?),
+            holder: r.opt(Reader::u64)?,
+            set: r.opt(|r| r.opt(Reader::bytes))?,
+        },
+        20 => LinkRequest::ListSessions {
+            updated_after: r.opt(|r| Ok(Timestamp::from_millis(r.i64()?)))?,
+            after: r.opt(Reader::str)?,
+            max: r.u32()?,
+        },
+        21 => LinkRequest::PeekSession {
+            session: SessionId::from(r.str()?),
+            from: SequenceNumber(r.i64()?),
+            max: r.u32()?,
+        },
+        22 => LinkRequest::ReceiveDeferredSession {
+            holder: r.u64()?,
+            mode: read_receive_mode(&mut r)?,
+            sequence_numbers: read_sequence_numbers(&mut r)?,
         },
         other => return Err(r.corrupted(&format!("link request kind {other}"))),
     };
@@ -299,6 +439,37 @@ pub(crate) fn encode_reply(reply: &LinkReply) -> Bytes {
                 w.u64(stats.ready_sessions);
             }
         }
+        LinkReply::SessionAccepted(grant) => {
+            w.u8(11);
+            match grant {
+                Some(g) => {
+                    w.u8(1);
+                    w.str(&g.session);
+                    w.i64(g.locked_until.as_millis());
+                    w.u64(g.holder);
+                }
+                None => w.u8(0),
+            }
+        }
+        LinkReply::SessionMessages { messages, lost } => {
+            w.u8(12);
+            w.bool(*lost);
+            w.u32(messages.len() as u32);
+            messages.iter().for_each(|m| encode_received(&mut w, m));
+        }
+        LinkReply::SessionState(state) => {
+            w.u8(13);
+            w.opt_bytes(state);
+        }
+        LinkReply::Sessions(ids) => {
+            w.u8(14);
+            w.u32(ids.len() as u32);
+            ids.iter().for_each(|id| w.str(id));
+        }
+        LinkReply::SessionFailed(e) => {
+            w.u8(15);
+            encode_session_error(&mut w, e);
+        }
     }
     w.finish()
 }
@@ -347,6 +518,20 @@ pub(crate) fn decode_reply(bytes: &[u8]) -> DecodeResult<LinkReply> {
             };
             Ok((lane, partition, stats))
         })?),
+        11 => LinkReply::SessionAccepted(r.opt(|r| {
+            Ok(RemoteGrant {
+                session: SessionId::from(r.str()?),
+                locked_until: Timestamp::from_millis(r.i64()?),
+                holder: r.u64()?,
+            })
+        })?),
+        12 => {
+            let lost = r.bool()?;
+            LinkReply::SessionMessages { lost, messages: list(&mut r, 40, decode_received)? }
+        }
+        13 => LinkReply::SessionState(r.opt(Reader::bytes)?),
+        14 => LinkReply::Sessions(list(&mut r, 4, |r| r.str())?),
+        15 => LinkReply::SessionFailed(decode_session_error(&mut r)?),
         other => return Err(r.corrupted(&format!("link reply kind {other}"))),
     })
 }
@@ -381,6 +566,16 @@ fn sequence_numbers(w: &mut Writer, numbers: &[SequenceNumber]) {
 
 fn read_sequence_numbers(r: &mut Reader<'_>) -> DecodeResult<Vec<SequenceNumber>> {
     list(r, 8, |r| Ok(SequenceNumber(r.i64()?)))
+}
+
+fn opt_session(w: &mut Writer, session: Option<&SessionId>) {
+    match session {
+        Some(id) => {
+            w.u8(1);
+            w.str(id);
+        }
+        None => w.u8(0),
+    }
 }
 
 fn lock_token(r: &mut Reader<'_>) -> DecodeResult<LockToken> {

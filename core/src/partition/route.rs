@@ -9,22 +9,29 @@
 //! and the receivers registered with the partition (which a new actor or remote gets at once,
 //! so a receiver opened before a move keeps receiving after it).
 //!
+//! While no owner is known (a partition not yet claimed, or between two owners in a hand-over)
+//! requests wait on the route, up to `PARK_WAIT`, and go to the next target in their order;
+//! past that they are refused with the retriable `PartitionUnavailable`.
+//!
 //! **Architecture Invariant:** management commands (description, lanes, filtering) and
 //! receivers' attach and detach are recorded by the route whatever its target, so every
 //! node's route knows the partition's configuration; a command sent before a switch reaches
 //! the old target, one sent after it the new target (the switch holds the route's lock).
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Command, Lane, LaneId, PartitionShared};
+use crate::clock::Clock;
 use crate::description::QueueDescription;
 use crate::error::{BrokerError, Result};
 use crate::receiver::ReceiverShared;
-use crate::types::PartitionId;
+use crate::types::{PartitionId, Timestamp};
 
 /// A partition that runs on another node: what this node sends it goes over the cluster's
 /// link (see `remote.rs`).
@@ -81,12 +88,25 @@ pub(crate) struct StartSpec {
     pub(crate) shared: Arc<PartitionShared>,
 }
 
-#[derive(Debug)]
 struct RouteState {
     target: Target,
     spec: StartSpec,
     /// The entity was deleted: nothing starts any more.
     closed: bool,
+    /// Commands that came while no owner was known, each with when it gives up.
+    parked: VecDeque<(Timestamp, LaneId, Command)>,
+    /// A task refuses parked commands past their time.
+    sweeping: bool,
+}
+
+impl fmt::Debug for RouteState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RouteState")
+            .field("target", &self.target)
+            .field("closed", &self.closed)
+            .field("parked", &self.parked.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The route of one partition (shared by the handles of all its lanes).
@@ -95,6 +115,8 @@ pub(crate) struct Route {
     entity: LaneId,
     entity_name: String,
     partition: PartitionId,
+    clock: Arc<dyn Clock>,
+    me: Weak<Route>,
     state: RwLock<RouteState>,
 }
 
@@ -105,9 +127,12 @@ impl Route {
         partition: PartitionId,
         spec: StartSpec,
         target: Target,
+        clock: Arc<dyn Clock>,
     ) -> Arc<Route> {
-        let state = RwLock::new(RouteState { target, spec, closed: false });
-        Arc::new(Route { entity, entity_name, partition, state })
+        let parked = VecDeque::new();
+        let state = RouteState { target, spec, closed: false, parked, sweeping: false };
+        let state = RwLock::new(state);
+        Arc::new_cyclic(|me| Route { entity, entity_name, partition, clock, me: me.clone(), state })
     }
 
     fn read(&self) -> RwLockReadGuard<'_, RouteState> {
@@ -119,12 +144,58 @@ impl Route {
     }
 
     pub(crate) fn send(&self, lane: LaneId, command: Command) {
+        if !records(&command) {
+            let state = self.read();
+            if !matches!(state.target, Target::Elsewhere) {
+                return self.dispatch(&state.target, lane, command);
+            }
+        }
+        let mut state = self.write();
         if records(&command) {
-            let mut state = self.write();
             self.record(&mut state, lane, &command);
-            self.dispatch(&state.target, lane, command);
+        }
+        if matches!(state.target, Target::Elsewhere) && parks(&command) {
+            self.park(&mut state, lane, command);
         } else {
-            self.dispatch(&self.read().target, lane, command);
+            self.dispatch(&state.target, lane, command);
+        }
+    }
+
+    /// Keeps a command until an owner is known, for at most [`PARK_WAIT`]: a partition being
+    /// handed over, or not yet claimed, is served a moment later rather than refused.
+    fn park(&self, state: &mut RouteState, lane: LaneId, command: Command) {
+        if state.closed || state.parked.len() >= MAX_PARKED {
+            return command.refuse(&self.unavailable());
+        }
+        let until = self.clock.now().saturating_add(PARK_WAIT);
+        state.parked.push_back((until, lane, command));
+        if !state.sweeping {
+            state.sweeping = true;
+            let me = self.me.clone();
+            let clock = self.clock.clone();
+            tokio::spawn(async move {
+                loop {
+                    let Some(route) = me.upgrade() else { return };
+                    let next = {
+                        let mut state = route.write();
+                        let now = clock.now();
+                        while state.parked.front().is_some_and(|(until, ..)| *until <= now) {
+                            if let Some((_, _, command)) = state.parked.pop_front() {
+                                command.refuse(&route.unavailable());
+                            }
+                        }
+                        match state.parked.front() {
+                            Some((until, ..)) => *until,
+                            None => {
+                                state.sweeping = false;
+                                return;
+                            }
+                        }
+                    };
+                    drop(route);
+                    clock.sleep_until(next).await;
+                }
+            });
         }
     }
 
@@ -195,6 +266,11 @@ impl Route {
         for (lane, receiver) in &state.spec.receivers {
             self.dispatch(&target, *lane, Command::Attach(receiver.clone()));
         }
+        if !matches!(target, Target::Elsewhere) {
+            for (_, lane, command) in std::mem::take(&mut state.parked) {
+                self.dispatch(&target, lane, command);
+            }
+        }
         let old = std::mem::replace(&mut state.target, target);
         if let Target::Remote(remote) = &old {
             remote.close();
@@ -259,6 +335,17 @@ impl PartitionHandle {
         self.send(make(tx));
         async move { rx.await.unwrap_or(Err(BrokerError::ShuttingDown)) }
     }
+}
+
+/// How long a command waits for its partition's owner to be known.
+pub(crate) const PARK_WAIT: Duration = Duration::from_secs(5);
+/// The most commands one partition keeps waiting; beyond, they are refused at once.
+const MAX_PARKED: usize = 10_000;
+
+/// Whether a command waits for an owner rather than being refused at once: requests do; a
+/// drain or a stop is answered at once (nothing here to deliver or stop).
+fn parks(command: &Command) -> bool {
+    !matches!(command, Command::Deliver | Command::Drain(_) | Command::Stop(_)) && !records(command)
 }
 
 /// Whether the route keeps something of the command (see [`Route::record`]).

@@ -1,8 +1,8 @@
-//! Broker errors on the link: each variant by a code and its fields, so the caller's node
-//! raises the error the owner did.
+//! Broker and session errors on the link: each variant by a code and its fields, so the
+//! caller's node raises the error the owner did.
 
 use super::super::primitives::{DecodeResult, Reader, Writer};
-use crate::error::BrokerError;
+use crate::error::{BrokerError, SessionError};
 use crate::store::{StoreError, StoreErrorKind};
 use crate::types::{PartitionId, SequenceNumber};
 
@@ -136,5 +136,34 @@ pub(super) fn decode_error(r: &mut Reader<'_>) -> DecodeResult<BrokerError> {
         14 => BrokerError::TransactionRolledBack(r.str()?),
         15 => BrokerError::ShuttingDown,
         _ => return Err(r.corrupted("broker error")),
+    })
+}
+
+/// A session error as the caller's node will raise it.
+pub(super) fn encode_session_error(w: &mut Writer, e: &SessionError) {
+    match e {
+        SessionError::Timeout(after) => {
+            w.u8(0);
+            w.duration(*after);
+        }
+        SessionError::CannotBeLocked { session } => {
+            w.u8(1);
+            w.str(session);
+        }
+        SessionError::LockLost => w.u8(2),
+        SessionError::Broker(e) => {
+            w.u8(3);
+            encode_error(w, e);
+        }
+    }
+}
+
+pub(super) fn decode_session_error(r: &mut Reader<'_>) -> DecodeResult<SessionError> {
+    Ok(match r.u8()? {
+        0 => SessionError::Timeout(r.duration()?),
+        1 => SessionError::CannotBeLocked { session: r.str()? },
+        2 => SessionError::LockLost,
+        3 => SessionError::Broker(decode_error(r)?),
+        _ => return Err(r.corrupted("session error")),
     })
 }

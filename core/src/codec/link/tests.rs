@@ -47,6 +47,71 @@ fn sample_requests() -> Vec<LinkRequest> {
         LinkRequest::Reserve(3),
         LinkRequest::Unreserve(vec![SequenceNumber(5)]),
         LinkRequest::Stats,
+        LinkRequest::AcceptSession { session: Some(Arc::from("s1")), mode: ReceiveMode::PeekLock },
+        LinkRequest::AcceptSession { session: None, mode: ReceiveMode::ReceiveAndDelete },
+        LinkRequest::SessionPull { holder: 41, max: 7 },
+        LinkRequest::DetachSession { holder: 41 },
+        LinkRequest::RenewSession { holder: 41 },
+        LinkRequest::SessionState { session: Arc::from("s1"), holder: Some(41), set: None },
+        LinkRequest::SessionState {
+            session: Arc::from(""),
+            holder: None,
+            set: Some(Some(Bytes::from("state"))),
+        },
+        LinkRequest::SessionState { session: Arc::from("s2"), holder: None, set: Some(None) },
+        LinkRequest::ListSessions {
+            updated_after: Some(Timestamp::from_millis(5)),
+            after: Some("s0".into()),
+            max: 10,
+        },
+        LinkRequest::ListSessions { updated_after: None, after: None, max: 0 },
+        LinkRequest::PeekSession { session: Arc::from("s1"), from: SequenceNumber(3), max: 4 },
+        LinkRequest::ReceiveDeferredSession {
+            holder: 41,
+            sequence_numbers: vec![SequenceNumber(6), SequenceNumber(7)],
+            mode: ReceiveMode::PeekLock,
+        },
+    ]
+}
+
+fn sample_received() -> ReceivedMessage {
+    let token = LockToken::generate(PartitionId(3));
+    ReceivedMessage {
+        message: Arc::new(Message::new("body").with_session_id("s1")),
+        broker: BrokerProperties {
+            sequence_number: SequenceNumber(4),
+            enqueued_sequence_number: SequenceNumber(4),
+            enqueued_time: Timestamp::from_millis(9),
+            partition_id: PartitionId(3),
+            delivery_count: 1,
+            state: MessageState::Active,
+            expires_at: Timestamp::MAX,
+            dead_letter_source: None,
+            dead_letter_reason: None,
+            dead_letter_error_description: None,
+        },
+        lock: Some(MessageLock { token, locked_until: Timestamp::from_millis(99) }),
+    }
+}
+
+/// Every session reply, errors included.
+fn session_replies() -> Vec<LinkReply> {
+    vec![
+        LinkReply::SessionAccepted(Some(RemoteGrant {
+            session: Arc::from("s1"),
+            locked_until: Timestamp::from_millis(1000),
+            holder: 41,
+        })),
+        LinkReply::SessionAccepted(None),
+        LinkReply::SessionMessages { messages: vec![sample_received()], lost: false },
+        LinkReply::SessionMessages { messages: vec![], lost: true },
+        LinkReply::SessionState(Some(Bytes::from("state"))),
+        LinkReply::SessionState(None),
+        LinkReply::Sessions(vec!["a".into(), "b".into()]),
+        LinkReply::SessionFailed(SessionError::Timeout(std::time::Duration::from_millis(1500))),
+        LinkReply::SessionFailed(SessionError::CannotBeLocked { session: "s1".into() }),
+        LinkReply::SessionFailed(SessionError::LockLost),
+        LinkReply::SessionFailed(SessionError::Broker(BrokerError::MessageLockLost)),
     ]
 }
 
@@ -97,6 +162,31 @@ fn replies_round_trip_errors_included() {
         let back = decode_reply(&encode_reply(&reply)).expect("decodes");
         assert_eq!(format!("{back:?}"), format!("{reply:?}"));
     }
+}
+
+#[test]
+fn session_replies_round_trip_and_every_truncation_is_an_error() {
+    for reply in session_replies() {
+        let bytes = encode_reply(&reply);
+        let back = decode_reply(&bytes).expect("decodes");
+        assert_eq!(format!("{back:?}"), format!("{reply:?}"));
+        for cut in 0..bytes.len() {
+            assert!(decode_reply(&bytes[..cut]).is_err(), "{reply:?} cut at {cut}");
+        }
+    }
+}
+
+#[test]
+fn a_session_list_count_larger_than_the_reply_reserves_nothing() {
+    let mut bytes = encode_reply(&LinkReply::Sessions(vec![])).to_vec();
+    let count_at = bytes.len() - 4;
+    bytes[count_at..].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(decode_reply(&bytes).is_err());
+    let mut bytes =
+        encode_reply(&LinkReply::SessionMessages { messages: vec![], lost: false }).to_vec();
+    let count_at = bytes.len() - 4;
+    bytes[count_at..].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(decode_reply(&bytes).is_err());
 }
 
 #[test]
