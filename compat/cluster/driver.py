@@ -33,6 +33,7 @@ It prints ``{"event": "ready"}`` once its threads run. Errors and progress go to
 """
 
 import argparse
+import datetime
 import json
 import os
 import sys
@@ -41,6 +42,7 @@ import time
 from typing import List, Optional
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
+from azure.servicebus.exceptions import MessageAlreadySettled, MessageLockLostError
 
 from ledger import Ledger
 
@@ -59,12 +61,21 @@ STOP_SEND_DEADLINE = 60.0
 # After `stop`, the longest drain, whatever still arrives.
 DRAIN_DEADLINE = 180.0
 
-STARTED = time.monotonic()
 
 
 def log(text: str) -> None:
-    sys.stderr.write(f"[{time.monotonic() - STARTED:8.2f}] {text}\n")
+    """A line of driver.log, stamped with UTC time like the nodes' logs."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+    sys.stderr.write(f"[{now}] {text}\n")
     sys.stderr.flush()
+
+
+def ambiguous(error: BaseException) -> bool:
+    """Whether a failed completion may have been applied all the same: not when the SDK refused
+    before sending (its handler was shut down: a ValueError) or the broker answered that the lock
+    is lost or the message settled; otherwise (a dropped connection, a time-out, a node that lost
+    its way to the partition's owner) it may have."""
+    return not isinstance(error, (ValueError, MessageLockLostError, MessageAlreadySettled))
 
 
 def reply(event: str, **fields) -> None:
@@ -86,20 +97,20 @@ def describe(error: BaseException) -> str:
 
 class Link:
     """A client and one sender or receiver on one node, opened when first needed and reopened
-    after a failure."""
+    after a failure. The SDK does not retry (``retry_total=0``): the driver does, so that the
+    ledger sees every failure and a retried send keeps its MessageId."""
 
-    def __init__(self, endpoint: str, args, receiver: bool = False, retry_total: int = 3):
+    def __init__(self, endpoint: str, args, receiver: bool = False):
         self.endpoint = endpoint
         self.args = args
         self.receiver = receiver
-        self.retry_total = retry_total
         self.client = None
         self.handler = None
 
     def get(self):
         if self.handler is None:
             self.client = ServiceBusClient.from_connection_string(
-                connection_string(self.endpoint, self.args.key), retry_total=self.retry_total
+                connection_string(self.endpoint, self.args.key), retry_total=0
             )
             if self.receiver:
                 self.handler = self.client.get_queue_receiver(
@@ -214,13 +225,16 @@ class Driver:
             for message in batch:
                 message_id = str(message.message_id)
                 self.ledger.deliver(message_id, message.sequence_number)
+                started = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S.%f")
                 try:
                     receiver.complete_message(message)
                     self.ledger.complete(message_id)
                 except Exception as error:  # noqa: BLE001 - the message comes back
-                    self.ledger.complete_failed()
-                    log(f"consumer {c} via {endpoint}: complete {message_id} failed: "
-                        f"{describe(error)}")
+                    self.ledger.complete_failed(message_id, ambiguous(error))
+                    partition = (message.sequence_number or 0) >> 48
+                    log(f"consumer {c} via {endpoint}: complete {message_id} (partition "
+                        f"{partition}, started {started[:-3]}) failed"
+                        f"{' ambiguously' if ambiguous(error) else ''}: {describe(error)}")
         link.close()
 
     def probe(self, endpoint: str) -> dict:
@@ -235,7 +249,7 @@ class Driver:
         def one(partition: int) -> None:
             message_id = f"probe{round_no}-{partition}"
             self.ledger.attempt(message_id)
-            link = Link(endpoint, self.args, retry_total=0)
+            link = Link(endpoint, self.args)
             while time.monotonic() - started < self.args.probe_timeout:
                 try:
                     message = ServiceBusMessage(

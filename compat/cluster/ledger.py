@@ -7,15 +7,21 @@ The driver records four kinds of events, from any thread:
   although its acknowledgement was lost);
 - ``acknowledge(id)``: a send of ``id`` returned without error;
 - ``deliver(id, sequence_number)``: a consumer received ``id`` in peek-lock mode;
-- ``complete(id)``: completing that delivery returned without error (a failed completion is
-  only counted, in ``failed_completions``: the message comes back, and completing it then is
-  not a duplicate).
+- ``complete(id)``: completing that delivery returned without error;
+- ``complete_failed(id, ambiguous)``: completing it failed. Not ``ambiguous`` (the SDK refused
+  before sending, the broker answered that the lock is lost): the message must come back, and
+  completing it then is not a duplicate. ``ambiguous`` (the connection dropped, a time-out, the
+  node forwarding the completion lost its owner): the broker may have applied it.
 
 The verdict (:func:`verdict`), over distinct MessageIds:
 
 - ``sent``: acknowledged;
 - ``received``: completed at least once;
-- ``lost``: acknowledged but never completed — a failure;
+- ``lost``: acknowledged but never completed, and no completion of it failed ambiguously — a
+  failure;
+- ``unsettled``: acknowledged, never completed, but a completion of it failed ambiguously and it
+  never came back: consistent with that completion having been applied, so allowed, and listed
+  (``unsettled_ids``) since it is also what a lost message would look like;
 - ``duplicated``: completed successfully two or more times — a failure (a message received
   again after a failed completion is not a duplicate unless completed twice);
 - ``unknown``: completed but never sent by this driver, not even attempted — a failure;
@@ -54,6 +60,7 @@ class Ledger:
         self.completions: Counter = Counter()
         self.partition: Dict[str, int] = {}
         self.returned_after_completion: Set[str] = set()
+        self.ambiguous_completions: Set[str] = set()
         self.failed_sends = 0
         self.failed_completions = 0
         self.failed_receives = 0
@@ -88,9 +95,11 @@ class Ledger:
         with self._lock:
             self.completions[message_id] += 1
 
-    def complete_failed(self) -> None:
+    def complete_failed(self, message_id: str, ambiguous: bool) -> None:
         with self._lock:
             self.failed_completions += 1
+            if ambiguous:
+                self.ambiguous_completions.add(message_id)
 
     def quiet_for(self) -> float:
         """Seconds since the last delivery."""
@@ -110,7 +119,13 @@ class Ledger:
 
     def verdict(self) -> dict:
         with self._lock:
-            report = verdict(self.attempted, self.acknowledged, self.deliveries, self.completions)
+            report = verdict(
+                self.attempted,
+                self.acknowledged,
+                self.deliveries,
+                self.completions,
+                self.ambiguous_completions,
+            )
             duplicated = report.get("duplicated_ids", [])
             report["duplicated_partitions"] = sorted(
                 {self.partition[i] for i in duplicated if i in self.partition}
@@ -127,12 +142,15 @@ def verdict(
     acknowledged: Iterable[str],
     deliveries: Dict[str, int],
     completions: Dict[str, int],
+    ambiguous_completions: Iterable[str] = (),
 ) -> dict:
     """The verdict over the recorded ids (see the module's documentation)."""
     attempted = set(attempted)
     acknowledged = set(acknowledged)
     completed = {i for i, n in completions.items() if n > 0}
-    lost = sorted(acknowledged - completed, key=_natural)
+    never_completed = acknowledged - completed
+    unsettled = sorted(never_completed & set(ambiguous_completions), key=_natural)
+    lost = sorted(never_completed - set(unsettled), key=_natural)
     duplicated = sorted((i for i, n in completions.items() if n > 1), key=_natural)
     unknown = sorted(completed - attempted - acknowledged, key=_natural)
     unconfirmed = completed & (attempted - acknowledged)
@@ -144,9 +162,15 @@ def verdict(
         "duplicated": len(duplicated),
         "unknown": len(unknown),
         "unconfirmed": len(unconfirmed),
+        "unsettled": len(unsettled),
         "redelivered": redelivered,
     }
-    for name, ids in (("lost_ids", lost), ("duplicated_ids", duplicated), ("unknown_ids", unknown)):
+    for name, ids in (
+        ("lost_ids", lost),
+        ("duplicated_ids", duplicated),
+        ("unknown_ids", unknown),
+        ("unsettled_ids", unsettled),
+    ):
         if ids:
             report[name] = ids[:LISTED]
     report["passed"] = not (lost or duplicated or unknown)

@@ -27,6 +27,16 @@ class VerdictTest(unittest.TestCase):
         self.assertEqual((report["duplicated"], report["redelivered"]), (0, 1))
         self.assertTrue(report["passed"])
 
+    def test_an_ambiguous_failed_completion_never_returned_is_unsettled_not_lost(self):
+        report = verdict(["a", "b"], ["a", "b"], {"a": 1, "b": 1}, {}, ambiguous_completions=["a"])
+        self.assertEqual((report["unsettled"], report["lost"]), (1, 1))
+        self.assertEqual(report["unsettled_ids"], ["a"])
+        self.assertEqual(report["lost_ids"], ["b"])
+        self.assertFalse(report["passed"])
+        settled = verdict(["a"], ["a"], {"a": 2}, {"a": 1}, ambiguous_completions=["a"])
+        self.assertEqual((settled["unsettled"], settled["lost"]), (0, 0))
+        self.assertTrue(settled["passed"])
+
     def test_completed_twice_is_a_duplicate(self):
         report = verdict(["a"], ["a"], {"a": 2}, {"a": 2})
         self.assertEqual(report["duplicated"], 1)
@@ -84,7 +94,9 @@ class LedgerTest(unittest.TestCase):
         ledger.complete("a")
         ledger.deliver("a", (7 << 48) | 12)
         ledger.complete("a")
+        ledger.complete_failed("a", ambiguous=False)
         report = ledger.verdict()
+        self.assertEqual(report["failed_completions"], 1)
         self.assertEqual(report["duplicated_partitions"], [7])
         self.assertEqual(report["returned_after_completion"], 1)
         self.assertFalse(report["passed"])

@@ -1,5 +1,6 @@
 //! `cargo xtask cluster [--scenario kill|join|cutoff|store-failover] [--nodes N] [--kills K]
-//! [--interval SECONDS] [--bound SECONDS] [--lease-ms MS] [--producers P] [--consumers C]
+//! [--interval SECONDS] [--bound SECONDS] [--lease-ms MS] [--restart-after SECONDS]
+//! [--producers P] [--consumers C]
 //! [--rate R] [--seed S] [--timeout SECONDS] [-- DRIVER-ARGS]`: ironbus nodes on one
 //! PostgreSQL, loaded through every node by the official Python SDK, while the task kills nodes
 //! (the node-loss proof of the cluster design, `CLUSTER.md` §4).
@@ -17,13 +18,17 @@
 //! Scenarios:
 //! - `kill` (the default, [`kill`]): `--kills` times, after about `--interval` seconds
 //!   (±25 %, seeded), SIGKILL a random node, ask the driver to probe every partition through a
-//!   surviving node, restart the killed node after [`RESTART_AFTER`], and record the seconds from
+//!   surviving node, restart the killed node (alternately 2 s after the kill, before its lease
+//!   lapses, and 2 s after the lease, once the others took over), and record the seconds from
 //!   the kill until every partition accepted a send again. Then stop the driver (it drains the
 //!   queue) and check its verdict: nothing acknowledged lost, nothing completed twice, nothing
 //!   unknown, and every kill-to-available time within `--bound` seconds.
-//! - `join`, `cutoff`, `store-failover`: not built yet (exit non-zero). A scenario is a module
-//!   with a `run(&mut Rig, &Options) -> Result<Outcome>`: the rig starts the same way for all,
-//!   and [`Store`] is where a standby joins the primary.
+//! - `join` ([`join`]): a node started under load takes a share of the partitions (every
+//!   node's `/health` agreeing), then a node stopped with SIGTERM hands its partitions over
+//!   sooner than a lease, and the same ledger verdict.
+//! - `cutoff`, `store-failover`: not built yet (exit non-zero). A scenario is a module with a
+//!   `run(&mut Rig, &Options, seed) -> Result<Outcome>`, ending with [`verdict::finish`]: the rig
+//!   starts the same way for all, and [`Store`] is where a standby joins the primary.
 //!
 //! `--nodes 1` runs one plain server (no `--cluster`) on the same PostgreSQL: a baseline, where
 //! the probe waits for the restart.
@@ -37,8 +42,10 @@
 //!   the tails of the logs.
 
 mod driver;
+mod join;
 mod kill;
 mod nodes;
+mod verdict;
 
 use std::{
     env,
@@ -73,7 +80,8 @@ const SERVER_ENV: &str = "IRONBUS_CLUSTER_SERVER";
 
 const USAGE: &str = "usage: cargo xtask cluster [--scenario kill|join|cutoff|store-failover] \
                      [--nodes N] [--kills K] [--interval SECONDS] [--bound SECONDS] \
-                     [--lease-ms MS] [--producers P] [--consumers C] [--rate R] [--seed S] \
+                     [--lease-ms MS] [--restart-after SECONDS] [--producers P] [--consumers C] \
+                     [--rate R] [--seed S] \
                      [--timeout SECONDS] [-- DRIVER-ARGS]";
 
 /// What the task checks.
@@ -111,7 +119,7 @@ impl Scenario {
 
     /// Whether the scenario is built; the others answer "not built yet".
     fn built(self) -> bool {
-        matches!(self, Scenario::Kill)
+        matches!(self, Scenario::Kill | Scenario::Join)
     }
 }
 
@@ -126,6 +134,8 @@ struct Options {
     /// The longest kill-to-available time that passes.
     bound: Duration,
     lease_ms: u64,
+    /// When a killed node starts again; default: alternately before and after its lease.
+    restart_after: Option<Duration>,
     /// Default: one per node.
     producers: Option<usize>,
     consumers: Option<usize>,
@@ -145,6 +155,7 @@ impl Default for Options {
             interval: Duration::from_secs(20),
             bound: Duration::from_secs(10),
             lease_ms: 3000,
+            restart_after: None,
             producers: None,
             consumers: None,
             rate: 40.0,
@@ -181,6 +192,7 @@ fn parse(args: &[String]) -> Result<Options> {
             "--interval" => options.interval = seconds(flag, value()?)?,
             "--bound" => options.bound = seconds(flag, value()?)?,
             "--lease-ms" => options.lease_ms = number(flag, &value()?, 1)?,
+            "--restart-after" => options.restart_after = Some(seconds(flag, value()?)?),
             "--producers" => options.producers = Some(number(flag, &value()?, 1)?),
             "--consumers" => options.consumers = Some(number(flag, &value()?, 1)?),
             "--rate" => {
@@ -203,7 +215,10 @@ fn parse(args: &[String]) -> Result<Options> {
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let options = parse(args)?;
     if !options.scenario.built() {
-        bail!("cluster scenario `{}` is not built yet (built: kill)", options.scenario.name());
+        bail!(
+            "cluster scenario `{}` is not built yet (built: kill, join)",
+            options.scenario.name()
+        );
     }
     let started = Instant::now();
     let seed = options.seed.unwrap_or_else(time_seed);
@@ -227,6 +242,7 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         let mut rig = Rig::start(&server, &python, &work.path, &options)?;
         let outcome = match options.scenario {
             Scenario::Kill => kill::run(&mut rig, &options, seed),
+            Scenario::Join => join::run(&mut rig, &options, seed),
             other => bail!("cluster scenario `{}` is not built yet", other.name()),
         };
         if outcome.is_err() {
@@ -389,6 +405,15 @@ fn progress(text: &str) {
     eprintln!("xtask cluster: {text}");
 }
 
+/// The time of day in UTC, `HH:MM:SS.mmm`, as the nodes' and the driver's logs stamp lines.
+fn utc_now() -> String {
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = now.as_secs() % 86_400;
+    let (hours, minutes, seconds) = (secs / 3600, secs / 60 % 60, secs % 60);
+    format!("{hours:02}:{minutes:02}:{seconds:02}.{:03}", now.subsec_millis())
+}
+
 /// The median and the maximum of `values` (`None` when empty).
 fn median_and_max(values: &[Duration]) -> Option<(Duration, Duration)> {
     let mut sorted = values.to_vec();
@@ -398,6 +423,16 @@ fn median_and_max(values: &[Duration]) -> Option<(Duration, Duration)> {
     let median =
         if sorted.len() % 2 == 1 { sorted[mid] } else { (sorted[mid - 1] + sorted[mid]) / 2 };
     Some((median, max))
+}
+
+/// `median …, max …` of [`median_and_max`]'s answer.
+fn shown(value: Option<(Duration, Duration)>) -> String {
+    match value {
+        Some((median, max)) => {
+            format!("median {:.2} s, max {:.2} s", median.as_secs_f64(), max.as_secs_f64())
+        }
+        None => "none".to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -429,22 +464,24 @@ mod tests {
     #[test]
     fn flags_are_parsed_with_spaces_or_equals() {
         let options = parse(&args(
-            "--nodes=4 --bound 7.5 --lease-ms 2000 --producers 2 --consumers=5 --rate 0 \
+            "--nodes=4 --bound 7.5 --lease-ms 2000 --restart-after 4 --producers 2 --consumers=5 --rate 0 \
              --seed 9 --timeout 60 -- --quiet 3",
         ))
         .unwrap();
         assert_eq!((options.nodes, options.lease_ms, options.seed), (4, 2000, Some(9)));
         assert_eq!(options.bound, Duration::from_millis(7500));
+        assert_eq!(options.restart_after, Some(Duration::from_secs(4)));
         assert_eq!((options.producers(), options.consumers(), options.rate), (2, 5, 0.0));
         assert_eq!(options.driver_args, ["--quiet", "3"]);
     }
 
     #[test]
-    fn every_scenario_parses_and_only_kill_is_built() {
+    fn every_scenario_parses_and_kill_and_join_are_built() {
         for scenario in Scenario::ALL {
             let parsed = parse(&args(&format!("--scenario {}", scenario.name()))).unwrap();
             assert_eq!(parsed.scenario, scenario);
-            assert_eq!(scenario.built(), scenario == Scenario::Kill);
+            let built = matches!(scenario, Scenario::Kill | Scenario::Join);
+            assert_eq!(scenario.built(), built);
         }
     }
 
@@ -466,7 +503,7 @@ mod tests {
     #[test]
     fn unbuilt_scenarios_fail_before_building_anything() {
         let error = run(&args("--scenario cutoff")).unwrap_err().to_string();
-        assert_eq!(error, "cluster scenario `cutoff` is not built yet (built: kill)");
+        assert_eq!(error, "cluster scenario `cutoff` is not built yet (built: kill, join)");
     }
 
     #[test]

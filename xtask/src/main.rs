@@ -97,14 +97,19 @@ tasks:
                         --store postgres runs every restart on one throwaway PostgreSQL (as for
                         compat), which is never killed and is removed at the end
     cluster [--scenario kill|join|cutoff|store-failover] [--nodes N] [--kills K]
-            [--interval SECONDS] [--bound SECONDS] [--lease-ms MS] [--producers P]
-            [--consumers C] [--rate R] [--seed S] [--timeout SECONDS] [-- DRIVER-ARGS]
+            [--interval SECONDS] [--bound SECONDS] [--lease-ms MS] [--restart-after SECONDS]
+            [--producers P] [--consumers C] [--rate R] [--seed S] [--timeout SECONDS]
+            [-- DRIVER-ARGS]
                         N ironbus nodes (default 3) on one throwaway PostgreSQL, loaded through
                         every node by the official Python SDK (compat/cluster/driver.py);
-                        `kill` (the default, the only scenario built yet) SIGKILLs a random node
-                        every ~20 s (default 5 times), restarts it, and fails when anything
-                        acknowledged is lost or duplicated or when some partition takes longer
-                        than --bound seconds (default 10) to accept sends again after a kill
+                        `kill` (the default) SIGKILLs a random node every ~20 s (default 5
+                        times), restarts it (alternately 2 s after the kill and 2 s after its
+                        lease, or after --restart-after), and fails when anything acknowledged is lost or
+                        duplicated or when some partition takes longer than --bound seconds
+                        (default 10) to accept sends again after a kill; `join` adds a node under
+                        load (it must take a share of the partitions), then SIGTERMs one (its
+                        partitions must move before a lease passes); `cutoff` and
+                        `store-failover` are not built yet
     fuzz list           list the fuzz targets (fuzz/, cargo-fuzz + libFuzzer; fuzz/README.md)
     fuzz TARGET...|all [--seconds N] [--runs N]
                         build the fuzz targets (installing cargo-fuzz if missing) and run each

@@ -2,8 +2,9 @@
 //! `--kills` times, and measure how long every partition takes to accept sends again.
 //!
 //! Each kill: pick the victim and a surviving node (seeded); SIGKILL the victim; at once ask
-//! the driver to probe every partition through the survivor; start the victim again after
-//! [`RESTART_AFTER`] and wait until it is healthy; the probe's answer plus the moments between
+//! the driver to probe every partition through the survivor; start the victim again (after
+//! [`restart_after`]: alternately before and after its lease lapses, so that both the node's own
+//! next start and the survivors take its partitions over) and wait until it is healthy; the probe's answer plus the moments between
 //! the kill and the request is the kill-to-available time. After the last kill, every partition
 //! must accept sends through every node; then the driver stops and drains, and its verdict must
 //! show nothing lost, duplicated or unknown, and every kill-to-available time within `--bound`.
@@ -14,11 +15,11 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
-use serde_json::Value;
 
+use super::nodes::Nodes;
 use super::{
-    driver, median_and_max, paint, progress, Options, Outcome, Rig, PROBE_TIMEOUT, READY_TIMEOUT,
-    RED, RESTART_AFTER,
+    median_and_max, paint, progress, shown, utc_now, verdict, Options, Outcome, Rig, PROBE_TIMEOUT,
+    QUEUE, READY_TIMEOUT, RED, RESTART_AFTER,
 };
 use crate::rig::SplitMix64;
 
@@ -45,11 +46,17 @@ pub(super) fn run(rig: &mut Rig, options: &Options, seed: u64) -> Result<Outcome
         let survivor =
             if nodes > 1 { (victim + 1 + pick(&mut rng, nodes - 1)) % nodes } else { victim };
 
+        let ran = rig.nodes.placement(survivor, QUEUE).map(|placement| {
+            let ran = placement.of(rig.nodes.name(victim));
+            format!(" (it ran partitions {ran:?})")
+        });
+        let restart_after = restart_after(options, number);
         let killed_at = Instant::now();
+        let killed_utc = utc_now();
         rig.nodes.kill(victim).with_context(|| format!("kill {number}"))?;
         rig.driver.start_probe(rig.nodes.amqp(survivor))?;
         let asked_after = killed_at.elapsed();
-        thread::sleep(RESTART_AFTER.saturating_sub(killed_at.elapsed()));
+        thread::sleep(restart_after.saturating_sub(killed_at.elapsed()));
         rig.nodes.start(victim)?;
         let restarted = rig.nodes.wait_ready(victim, READY_TIMEOUT.min(rig.remaining()))?;
         let probe = rig.driver.finish_probe(rig.remaining())?;
@@ -62,21 +69,23 @@ pub(super) fn run(rig: &mut Rig, options: &Options, seed: u64) -> Result<Outcome
                     format!(" (last: partition {partition})")
                 });
                 progress(&format!(
-                    "kill {number}/{}: SIGKILL {name} after {:.1} s; every partition accepts \
-                     sends through {} {:.2} s after the kill{slowest}; {name} healthy again {:.1} \
-                     s after its restart; ledger so far: {sent} sent, {received} received, \
-                     {failed_sends} failed sends retried",
+                    "kill {number}/{}: SIGKILL {name}{} at {killed_utc} UTC after {:.1} s; \
+                     every partition accepts sends through {} {:.2} s after the kill{slowest}; \
+                     {name} restarted after {:.0} s, healthy {:.1} s later; ledger so far: {sent} \
+                     sent, {received} received, {failed_sends} failed sends retried",
                     options.kills,
+                    ran.unwrap_or_default(),
                     wait.as_secs_f64(),
                     rig.nodes.name(survivor),
                     available.as_secs_f64(),
+                    restart_after.as_secs_f64(),
                     restarted.as_secs_f64(),
                 ));
             }
             None => progress(&paint(
                 &format!(
-                    "kill {number}/{}: SIGKILL {name}: partitions {:?} accepted no send through {} \
-                     within {PROBE_TIMEOUT:?}",
+                    "kill {number}/{}: SIGKILL {name} at {killed_utc} UTC: partitions {:?} \
+                     accepted no send through {} within {PROBE_TIMEOUT:?}",
                     options.kills,
                     probe.unavailable(),
                     rig.nodes.name(survivor)
@@ -87,60 +96,24 @@ pub(super) fn run(rig: &mut Rig, options: &Options, seed: u64) -> Result<Outcome
         kills.push(Kill { victim, available, restarted });
     }
 
-    // Some load on the healed cluster, then every partition through every node.
+    // Some load on the healed cluster before the end.
     let wait = jittered(options.interval / 2, &mut rng);
     sleep_within(rig, wait, "running after the last kill")?;
-    rig.check_running().context("after the last kill")?;
-    let mut failures = Vec::new();
-    for index in 0..nodes {
-        let probe = rig.probe(index)?;
-        if probe.seconds.is_none() {
-            failures.push(format!(
-                "after the last kill, partitions {:?} accept no send through {}",
-                probe.unavailable(),
-                rig.nodes.name(index)
-            ));
-        }
-    }
-
-    progress("telling the driver to stop; it finishes its sends and drains the queue");
-    let verdict = rig.driver.stop(rig.remaining())?;
-    rig.check_store_and_nodes().context("during the drain")?;
-    failures.extend(judge(&kills, &verdict, options.bound, &rig.nodes));
-    report(&kills, &verdict, options, &rig.nodes);
+    let (verdict, mut failures) = verdict::finish(rig)?;
+    failures.extend(slow_kills(&kills, options.bound, &rig.nodes));
+    report(&kills, options, &rig.nodes);
+    verdict::print_ledger(&verdict);
     Ok(Outcome { failures })
 }
 
-/// What fails the run: the driver's verdict and the kill-to-available times.
-fn judge(
-    kills: &[Kill],
-    verdict: &Value,
-    bound: Duration,
-    nodes: &super::nodes::Nodes,
-) -> Vec<String> {
-    let count = |key: &str| verdict[key].as_u64().unwrap_or(0);
+/// Kills after which some partition took longer than `bound` (or forever) to accept sends.
+fn slow_kills(kills: &[Kill], bound: Duration, nodes: &Nodes) -> Vec<String> {
     let mut failures = Vec::new();
-    for (key, what) in [
-        ("lost", "acknowledged but never received"),
-        ("duplicated", "completed twice"),
-        ("unknown", "received but never sent"),
-    ] {
-        if count(key) > 0 {
-            failures.push(format!(
-                "{} {key} ({what}): {}",
-                count(key),
-                placed(&verdict[format!("{key}_ids")])
-            ));
-        }
-    }
-    if verdict["passed"] != true && failures.is_empty() {
-        failures.push(format!("the driver's verdict did not pass: {verdict}"));
-    }
     for (number, kill) in kills.iter().enumerate() {
         let name = nodes.name(kill.victim);
         match kill.available {
             None => failures.push(format!(
-                "kill {}: ({name}) some partition accepted no send within {PROBE_TIMEOUT:?}",
+                "kill {} ({name}): some partition accepted no send within {PROBE_TIMEOUT:?}",
                 number + 1
             )),
             Some(available) if available > bound => failures.push(format!(
@@ -156,28 +129,10 @@ fn judge(
     failures
 }
 
-/// Listed MessageIds with their partitions: `p0-12 (partition 3), …`.
-fn placed(ids: &Value) -> String {
-    let ids = ids.as_array().map(Vec::as_slice).unwrap_or_default();
-    let placed: Vec<String> = ids
-        .iter()
-        .filter_map(Value::as_str)
-        .map(|id| format!("{id} (partition {})", driver::partition_of_message(id)))
-        .collect();
-    placed.join(", ")
-}
-
 #[allow(clippy::print_stdout, reason = "the measurements are this task's output")]
-fn report(kills: &[Kill], verdict: &Value, options: &Options, nodes: &super::nodes::Nodes) {
-    let count = |key: &str| verdict[key].as_u64().unwrap_or(0);
+fn report(kills: &[Kill], options: &Options, nodes: &Nodes) {
     let times: Vec<Duration> = kills.iter().filter_map(|kill| kill.available).collect();
     let restarts: Vec<Duration> = kills.iter().map(|kill| kill.restarted).collect();
-    let shown = |value: Option<(Duration, Duration)>| match value {
-        Some((median, max)) => {
-            format!("median {:.2} s, max {:.2} s", median.as_secs_f64(), max.as_secs_f64())
-        }
-        None => "none".to_owned(),
-    };
     println!(
         "{} nodes, {} kills: every partition accepting sends again after the kill: {} (bound \
          {:.1} s); restart to healthy: {}",
@@ -187,18 +142,18 @@ fn report(kills: &[Kill], verdict: &Value, options: &Options, nodes: &super::nod
         options.bound.as_secs_f64(),
         shown(median_and_max(&restarts)),
     );
-    println!(
-        "ledger: {} sent, {} received, {} lost, {} duplicated, {} unknown, {} unconfirmed, {} \
-         redelivered",
-        count("sent"),
-        count("received"),
-        count("lost"),
-        count("duplicated"),
-        count("unknown"),
-        count("unconfirmed"),
-        count("redelivered"),
-    );
-    println!("{verdict}");
+}
+
+/// When kill `number` (from 1) restarts its node: `--restart-after`, else alternately
+/// [`RESTART_AFTER`] (the node's next start claims its partitions back before its lease lapsed)
+/// and a lease plus [`RESTART_AFTER`] (the surviving nodes take them over first, then hand the
+/// restarted node its share).
+fn restart_after(options: &Options, number: u32) -> Duration {
+    match options.restart_after {
+        Some(after) => after,
+        None if number % 2 == 1 => RESTART_AFTER,
+        None => Duration::from_millis(options.lease_ms) + RESTART_AFTER,
+    }
 }
 
 /// `mean` ± 25 %.
@@ -225,18 +180,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn restarts_alternate_before_and_after_the_lease_unless_given() {
+        let options = Options::default();
+        let lease = Duration::from_millis(options.lease_ms);
+        assert_eq!(restart_after(&options, 1), RESTART_AFTER);
+        assert_eq!(restart_after(&options, 2), lease + RESTART_AFTER);
+        assert_eq!(restart_after(&options, 3), RESTART_AFTER);
+        let given = Options { restart_after: Some(Duration::from_secs(7)), ..Options::default() };
+        assert_eq!(restart_after(&given, 2), Duration::from_secs(7));
+    }
+
+    #[test]
     fn waits_stay_within_a_quarter_of_the_interval() {
         let mut rng = SplitMix64(3);
         for _ in 0..200 {
             let wait = jittered(Duration::from_secs(20), &mut rng);
             assert!((Duration::from_secs(15)..=Duration::from_secs(25)).contains(&wait));
         }
-    }
-
-    #[test]
-    fn lost_ids_are_shown_with_their_partitions() {
-        let ids = serde_json::json!(["probe2-7", "p1-3"]);
-        let p = driver::partition_of_message("p1-3");
-        assert_eq!(placed(&ids), format!("probe2-7 (partition 7), p1-3 (partition {p})"));
     }
 }

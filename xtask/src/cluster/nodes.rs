@@ -90,6 +90,11 @@ impl Nodes {
         self.nodes.len()
     }
 
+    /// The nodes that run (started and not killed or stopped since).
+    pub(super) fn running(&self) -> Vec<usize> {
+        (0..self.nodes.len()).filter(|&index| self.nodes[index].server.is_some()).collect()
+    }
+
     /// The node's id, as in its `--node-id` and in progress lines.
     pub(super) fn name(&self, index: usize) -> &str {
         &self.nodes[index].id
@@ -165,6 +170,13 @@ impl Nodes {
         }
     }
 
+    /// Where every partition of `entity` runs, as node `index`'s `/health` says (`None`: it did
+    /// not answer, or has no cluster view).
+    pub(super) fn placement(&self, index: usize, entity: &str) -> Option<Placement> {
+        let (_, body) = health(self.nodes[index].http)?;
+        parse_placement(&body, entity)
+    }
+
     /// SIGKILLs node `index` and waits for it to exit.
     pub(super) fn kill(&mut self, index: usize) -> Result<()> {
         let node = &mut self.nodes[index];
@@ -176,7 +188,6 @@ impl Nodes {
     }
 
     /// Stops node `index` with SIGTERM (SIGKILL after 5 s); returns how long it took to exit.
-    #[allow(dead_code, reason = "for the join scenario's leaving node")]
     pub(super) fn terminate(&mut self, index: usize) -> Result<Duration> {
         let node = &mut self.nodes[index];
         let Some(mut server) = node.server.take() else { bail!("{} is not running", node.id) };
@@ -217,6 +228,43 @@ pub(super) fn health(addr: SocketAddr) -> Option<(u16, String)> {
     parse_response(&response)
 }
 
+/// Where the partitions of an entity run: for each partition in order, its owner's node id
+/// (`None`: no node runs it) and whether it is available.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Placement(pub(super) Vec<(Option<String>, bool)>);
+
+impl Placement {
+    /// The partitions `node` runs.
+    pub(super) fn of(&self, node: &str) -> Vec<usize> {
+        let owned = self.0.iter().enumerate();
+        owned.filter(|(_, (owner, _))| owner.as_deref() == Some(node)).map(|(p, _)| p).collect()
+    }
+
+    /// Whether every partition runs somewhere and is available.
+    pub(super) fn settled(&self) -> bool {
+        !self.0.is_empty() && self.0.iter().all(|(owner, available)| owner.is_some() && *available)
+    }
+}
+
+/// The placement of `entity` in a cluster node's `/health` body (`partitions`: objects with
+/// `entity`, `partition`, `owner`, `available`).
+fn parse_placement(body: &str, entity: &str) -> Option<Placement> {
+    let health: serde_json::Value = serde_json::from_str(body).ok()?;
+    let mut partitions: Vec<(u64, Option<String>, bool)> = health["partitions"]
+        .as_array()?
+        .iter()
+        .filter(|p| p["entity"] == entity)
+        .filter_map(|p| {
+            let owner = p["owner"].as_str().map(str::to_owned);
+            Some((p["partition"].as_u64()?, owner, p["available"] == true))
+        })
+        .collect();
+    partitions.sort_by_key(|(partition, _, _)| *partition);
+    Some(Placement(
+        partitions.into_iter().map(|(_, owner, available)| (owner, available)).collect(),
+    ))
+}
+
 /// The status code and body of an HTTP/1.x response.
 fn parse_response(response: &str) -> Option<(u16, String)> {
     let status = response.split_whitespace().nth(1)?.parse().ok()?;
@@ -234,6 +282,22 @@ mod tests {
         assert_eq!(parse_response(ok), Some((200, "{\"status\":\"ok\"}".to_owned())));
         assert_eq!(parse_response("HTTP/1.1 503 Service Unavailable\r\n\r\n").unwrap().0, 503);
         assert_eq!(parse_response("garbage"), None);
+    }
+
+    #[test]
+    fn placement_lists_owners_in_partition_order() {
+        let body = r#"{"status":"Available","node":"node-1","partitions":[
+            {"entity":"cluster","partition":1,"owner":"node-2","available":true},
+            {"entity":"other","partition":0,"owner":"node-1","available":true},
+            {"entity":"cluster","partition":0,"owner":"node-1","available":true},
+            {"entity":"cluster","partition":2,"owner":null,"available":false}]}"#;
+        let placement = parse_placement(body, "cluster").unwrap();
+        assert_eq!(placement.of("node-1"), [0]);
+        assert_eq!(placement.of("node-2"), [1]);
+        assert!(!placement.settled());
+        assert!(Placement(vec![(Some("a".into()), true)]).settled());
+        assert!(!Placement(vec![]).settled());
+        assert_eq!(parse_placement(r#"{"status":"Available"}"#, "cluster"), None);
     }
 
     #[test]
