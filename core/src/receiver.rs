@@ -43,6 +43,9 @@ pub(crate) struct ReceiverShared {
     pub(crate) id: u64,
     pub(crate) mode: ReceiveMode,
     pub(crate) queue: SubQueue,
+    /// Fed only by the partitions that run on this node (a forwarder: every node forwards
+    /// what its own partitions hold); a remote partition ignores it.
+    pub(crate) local_only: bool,
     state: Mutex<ReceiverState>,
     /// Woken when a message lands in the buffer, or the receiver closes.
     arrived: Notify,
@@ -70,6 +73,7 @@ impl ReceiverShared {
             id,
             mode,
             queue,
+            local_only: false,
             state: Mutex::new(ReceiverState::default()),
             arrived: Notify::new(),
             settled: Notify::new(),
@@ -175,6 +179,17 @@ impl ReceiverShared {
         s.credit = s.credit.saturating_add(n);
     }
 
+    /// Once the receiver is closed, takes what is left in its buffer (its owner's drop took
+    /// what was there when it closed; this is what arrived after).
+    pub(crate) fn take_unseen_if_closed(&self) -> Vec<ReceivedMessage> {
+        let mut s = self.lock();
+        if s.closed {
+            s.buffer.drain(..).collect()
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Takes back the credit left, waits for the deliveries under way, and takes the buffer.
     pub(crate) async fn reclaim(&self) -> Vec<ReceivedMessage> {
         self.lock().credit = 0;
@@ -262,7 +277,24 @@ impl Receiver {
         mode: ReceiveMode,
         queue: SubQueue,
     ) -> Self {
-        let shared = Arc::new(ReceiverShared::new(id, mode, queue));
+        Self::attach_with(entity, ReceiverShared::new(id, mode, queue))
+    }
+
+    /// A receiver fed only by the partitions that run on this node (see
+    /// `ReceiverShared::local_only`).
+    pub(crate) fn attach_local(
+        entity: Arc<EntityHandle>,
+        id: u64,
+        mode: ReceiveMode,
+        queue: SubQueue,
+    ) -> Self {
+        let shared = ReceiverShared { local_only: true, ..ReceiverShared::new(id, mode, queue) };
+        Self::attach_with(entity, shared)
+    }
+
+    fn attach_with(entity: Arc<EntityHandle>, shared: ReceiverShared) -> Self {
+        let queue = shared.queue;
+        let shared = Arc::new(shared);
         let weak = Arc::downgrade(&entity);
         let nudge = move || {
             for partition in weak.upgrade().iter().flat_map(|e| e.partitions.iter()) {

@@ -36,6 +36,7 @@ use crate::clock::Clock;
 use crate::codec::link::{decode_reply, decode_request, encode_reply, encode_request};
 use crate::codec::link::{LinkReply, LinkRequest};
 use crate::error::{BrokerError, Result};
+use crate::message::Disposition;
 use crate::partition::{Command, LaneId, LaneStats, RemotePartition, Route};
 use crate::receiver::ReceiverShared;
 use crate::types::PartitionId;
@@ -182,6 +183,18 @@ impl LinkedPartition {
                     receiver.deliver(message);
                 }
                 receiver.give_back(unused);
+                // A receiver that closed meanwhile never sees what this pull brought: unlock
+                // it on the owner now rather than when its locks expire.
+                let unseen = receiver.take_unseen_if_closed();
+                let items: Vec<_> = unseen
+                    .iter()
+                    .filter_map(|m| m.lock_token())
+                    .map(|token| (token, Disposition::Release))
+                    .collect();
+                if !items.is_empty() {
+                    let request = LinkRequest::Settle { queue: receiver.queue, items };
+                    drop(call(peer.clone(), at, &name, lane, request).await);
+                }
                 if unused > 0 {
                     // The partition is exhausted (or its owner unreachable): look again a
                     // little later, not in a tight loop.
@@ -266,6 +279,8 @@ impl RemotePartition for LinkedPartition {
                 let call = self.call(lane, LinkRequest::Unreserve(numbers));
                 tokio::spawn(async move { drop(call.await) });
             }
+            // A forwarder forwards what its own node runs.
+            Command::Attach(receiver) if receiver.local_only => {}
             Command::Attach(receiver) => self.start_pull(lane, receiver),
             Command::Detach(id) => {
                 if let Some(stop) = self.pulls().remove(&id) {
@@ -420,7 +435,16 @@ impl Broker {
                 )
             }
             LinkRequest::Commit(work) => {
+                let sends_via =
+                    work.iter().any(|w| matches!(w, crate::partition::Work::Transfer(_)));
                 ask_route(&route, lane, |reply| Command::Commit { work, reply }).await?;
+                if sends_via {
+                    // What it sent through this entity is forwarded by this node's forwarder.
+                    let via = self.entities().values().find(|e| e.id == lane).cloned();
+                    if let Some(via) = via {
+                        self.ensure_send_via_forwarder(&via);
+                    }
+                }
                 LinkReply::Done
             }
             LinkRequest::Reserve(count) => {
@@ -480,14 +504,32 @@ impl Broker {
     /// Asks the node behind `peer` for the shared view of the partitions it runs, and takes
     /// it for the partitions this node reaches there: availability, deliverable messages, size
     /// (the quota) and ready sessions (accept-next). The cluster calls it a few times a second
-    /// per node.
+    /// per node. A node that does not answer has its partitions marked unavailable here.
     pub async fn poll_stats(&self, peer: Arc<dyn Peer>) -> Result<()> {
         let at = PartitionRef { entity: 0, partition: 0 };
-        let reply = call(peer, at, "", 0, LinkRequest::Stats).await?;
-        let lanes = expect(reply, |r| match r {
-            LinkReply::Stats(lanes) => Some(lanes),
-            _ => None,
-        })?;
+        let node = peer.node().to_owned();
+        let answer = call(peer, at, "", 0, LinkRequest::Stats).await.and_then(|reply| {
+            expect(reply, |r| match r {
+                LinkReply::Stats(lanes) => Some(lanes),
+                _ => None,
+            })
+        });
+        let lanes = match answer {
+            Ok(lanes) => lanes,
+            Err(e) => {
+                // Its partitions cannot serve now: round-robin sends go elsewhere until they
+                // can again (or move).
+                if !node.is_empty() {
+                    let owner = crate::partition::Owner::Node(node);
+                    for entity in self.entities().values() {
+                        for p in entity.partitions.iter().filter(|p| p.route.owner() == owner) {
+                            p.shared.mark_available(false);
+                        }
+                    }
+                }
+                return Err(e);
+            }
+        };
         let entities: HashMap<u64, Arc<EntityHandle>> =
             self.entities().values().map(|e| (e.id, e.clone())).collect();
         for (lane, p, stats) in lanes {

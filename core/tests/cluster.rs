@@ -46,6 +46,7 @@ const QUEUE: &str = "orders";
 struct InProcess {
     broker: Broker,
     cut: AtomicBool,
+    name: String,
 }
 
 #[async_trait]
@@ -55,6 +56,10 @@ impl Peer for InProcess {
             return Err(PeerError { retriable: true, message: "link cut".into() });
         }
         Ok(self.broker.serve_link(&request).await)
+    }
+
+    fn node(&self) -> &str {
+        &self.name
     }
 }
 
@@ -86,7 +91,11 @@ impl Cluster {
         }
         let peers: Vec<Arc<InProcess>> = nodes
             .iter()
-            .map(|b| Arc::new(InProcess { broker: b.clone(), cut: AtomicBool::new(false) }))
+            .enumerate()
+            .map(|(i, b)| {
+                let (broker, cut, name) = (b.clone(), AtomicBool::new(false), format!("n{i}"));
+                Arc::new(InProcess { broker, cut, name })
+            })
             .collect();
         // Each node learns the others' partitions' shared views, as the server's loop does.
         let (polled, links): (Vec<Broker>, Vec<Arc<InProcess>>) = (nodes.clone(), peers.clone());
@@ -695,4 +704,65 @@ async fn a_session_lock_expiring_on_the_owner_is_lost_through_the_link() {
     let next = accept(&cluster.nodes[2], &session).await;
     next.add_credit(1);
     assert_eq!(body(&guard(next.recv()).await.unwrap()), "body 0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_forwarding_across_nodes_moves_each_message_once() {
+    let mut cluster = Cluster::start(Arc::new(MemoryStore::new()), queue()).await;
+    let partitioned = QueueDescription { enable_partitioning: true, ..Default::default() };
+    guard(cluster.nodes[1].create_queue("dest", partitioned.clone())).await.unwrap();
+    let source = QueueDescription { forward_to: Some("dest".into()), ..partitioned };
+    guard(cluster.nodes[1].create_queue("source", source)).await.unwrap();
+    for node in &cluster.nodes {
+        guard(node.refresh_namespace()).await.unwrap();
+    }
+    cluster.deal_new_partitions().await;
+
+    // Sent through node 0 to partitions all over; every node forwards what it runs.
+    for id in 0..60 {
+        guard(cluster.nodes[0].send("source", vec![message(id)])).await.expect("send");
+    }
+    let receiver =
+        cluster.nodes[2].open_receiver("dest", ReceiveMode::ReceiveAndDelete).await.unwrap();
+    receiver.add_credit(100);
+    let mut got = Vec::new();
+    while got.len() < 60 {
+        let m = guard(receiver.recv()).await.expect("a forwarded message");
+        got.push(String::from_utf8(m.message.body.to_vec()).unwrap());
+    }
+    let unique: BTreeSet<&String> = got.iter().collect();
+    assert_eq!(unique.len(), 60, "each forwarded once");
+    // Nothing more comes: no node forwarded a message twice.
+    pause(300).await;
+    assert!(receiver.try_recv().is_none(), "a second copy arrived");
+    let left = guard(cluster.nodes[1].get_queue_runtime("source")).await.unwrap();
+    assert_eq!(left.transfer_message_count, 0, "the transfer queues are empty");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_without_a_key_go_round_the_partitions_of_an_unreachable_node() {
+    let mut cluster = Cluster::start(Arc::new(MemoryStore::new()), queue()).await;
+    let partitioned = QueueDescription { enable_partitioning: true, ..Default::default() };
+    guard(cluster.nodes[0].create_queue("rr", partitioned)).await.unwrap();
+    for node in &cluster.nodes {
+        guard(node.refresh_namespace()).await.unwrap();
+    }
+    cluster.deal_new_partitions().await;
+    // Node 2 becomes unreachable from the others: the next poll marks its partitions
+    // unavailable there, and sends without a partition key go to the rest.
+    cluster.peers[2].cut.store(true, Ordering::SeqCst);
+    pause(300).await;
+    let placement = cluster.nodes[0].placement();
+    let away: Vec<_> = placement
+        .iter()
+        .filter(|p| p.entity == "rr" && p.owner == ironbus_core::broker::Owner::Node("n2".into()))
+        .collect();
+    assert!(!away.is_empty() && away.iter().all(|p| !p.available), "{away:?}");
+    for i in 0..40 {
+        let sent = guard(cluster.nodes[0].send("rr", vec![Message::new(format!("{i}"))])).await;
+        assert!(sent.is_ok(), "send {i} while node 2 is unreachable: {sent:?}");
+    }
+    cluster.peers[2].cut.store(false, Ordering::SeqCst);
+    pause(300).await;
+    assert!(cluster.nodes[0].placement().iter().all(|p| p.available), "reachable again");
 }

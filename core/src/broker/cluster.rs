@@ -117,7 +117,13 @@ impl Broker {
             .switch(|spec| self.start_local(id, &name, handle.id, spec, Some(token)))?;
         stop(handle, old).await;
         match handle.ask(|reply| Command::Counts { reply }).await {
-            Ok(_) => Ok(()),
+            Ok(counts) => {
+                // Send-via transfers left by the previous owner are forwarded from here now.
+                if counts.send_via > 0 {
+                    self.ensure_send_via_forwarder(&entity);
+                }
+                Ok(())
+            }
             Err(e) => {
                 let _ = self.release(at).await;
                 Err(e)

@@ -257,7 +257,8 @@ impl Broker {
 
     fn spawn_forwarder(&self, entity: &Arc<EntityHandle>, queue: SubQueue) {
         let id = self.inner.next_receiver_id.fetch_add(1, Ordering::Relaxed);
-        let receiver = Receiver::attach(entity.clone(), id, ReceiveMode::PeekLock, queue);
+        // On a cluster node it forwards what the partitions it runs hold; every node runs one.
+        let receiver = Receiver::attach_local(entity.clone(), id, ReceiveMode::PeekLock, queue);
         let forwarder = Forwarder {
             broker: self.clone(),
             entity: entity.clone(),
