@@ -131,6 +131,9 @@ class Ledger:
                 {self.partition[i] for i in duplicated if i in self.partition}
             )
             report["returned_after_completion"] = len(self.returned_after_completion)
+            if self.returned_after_completion:
+                returned = sorted(self.returned_after_completion, key=_natural)[:LISTED]
+                report["returned_after_completion_ids"] = returned
             report["failed_sends"] = self.failed_sends
             report["failed_completions"] = self.failed_completions
             report["failed_receives"] = self.failed_receives

@@ -99,6 +99,7 @@ class LedgerTest(unittest.TestCase):
         self.assertEqual(report["failed_completions"], 1)
         self.assertEqual(report["duplicated_partitions"], [7])
         self.assertEqual(report["returned_after_completion"], 1)
+        self.assertEqual(report["returned_after_completion_ids"], ["a"])
         self.assertFalse(report["passed"])
 
 

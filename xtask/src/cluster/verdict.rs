@@ -80,6 +80,13 @@ pub(super) fn print_ledger(verdict: &Value) {
         count("redelivered"),
         count("failed_sends"),
     );
+    if count("returned_after_completion") > 0 {
+        println!(
+            "delivered again after a completion the broker acknowledged (completed once, so not \
+             duplicated): {}",
+            placed(&verdict["returned_after_completion_ids"])
+        );
+    }
     if count("unsettled") > 0 {
         println!(
             "unsettled (a completion failed ambiguously, the message never came back: applied, \
