@@ -494,25 +494,7 @@ fn build_release_with(
 fn prepare(suite: &Suite) -> Result<()> {
     let dir = workspace_root().join(suite.dir);
     match suite.name {
-        "python" | "mssuite" => {
-            let requirements = read(&dir.join("requirements.txt"))?;
-            let venv = dir.join(".venv");
-            let stamp = venv.join(".ironbus-requirements.txt");
-            if fs::read_to_string(&stamp).ok().as_deref() == Some(requirements.as_str()) {
-                return Ok(());
-            }
-            if !venv_python(&dir).is_file() {
-                let python = env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
-                let mut venv_cmd = Command::new(python);
-                venv_cmd.args(["-m", "venv", ".venv"]);
-                run_step("creating the Python venv", &dir, venv_cmd)?;
-            }
-            let mut pip = Command::new(venv_python(&dir));
-            pip.args(["-m", "pip", "install", "--disable-pip-version-check", "-q", "-r"]);
-            pip.arg("requirements.txt");
-            run_step("installing the Python SDK and test tools", &dir, pip)?;
-            fs::write(&stamp, requirements).with_context(|| format!("writing {}", stamp.display()))
-        }
+        "python" | "mssuite" => venv::prepare(&dir),
         "js" => {
             let lock = read(&dir.join("package-lock.json"))?;
             let stamp = dir.join("node_modules").join(".ironbus-package-lock.json");
@@ -544,22 +526,18 @@ fn rust_tests(dir: &Path) -> Command {
     cargo
 }
 
-fn venv_python(dir: &Path) -> PathBuf {
-    dir.join(".venv").join("bin").join("python")
-}
-
 /// Runs one suite; `Ok(false)` when its tests failed.
 fn run_suite(suite: &Suite, target: &Target, runner_args: &[String]) -> Result<bool> {
     let dir = workspace_root().join(suite.dir);
     let mut command = match suite.name {
         "python" => {
-            let mut pytest = Command::new(venv_python(&dir));
+            let mut pytest = Command::new(venv::python(&dir));
             pytest.args(["-m", "pytest", "-q"]);
             pytest.env("PYTHONDONTWRITEBYTECODE", "1");
             pytest
         }
         "mssuite" => {
-            let mut harness = Command::new(venv_python(&dir));
+            let mut harness = Command::new(venv::python(&dir));
             harness.arg("run.py");
             harness
         }
@@ -787,3 +765,6 @@ impl WorkDir {
 
 #[cfg(test)]
 mod tests;
+mod venv;
+
+pub(crate) use venv::python_sdk;

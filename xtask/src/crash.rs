@@ -46,14 +46,15 @@ use std::{
     path::{Path, PathBuf},
     process::{Child, ChildStdin, Command, Stdio},
     thread,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::compat::{self, Server, WorkDir, LOG_TAIL_LINES, NAMESPACE, SAS_KEY};
+use crate::compat::{self, Server, WorkDir, LOG_TAIL_LINES, SAS_KEY};
 use crate::postgres::{self, StoreKind};
+use crate::rig::{self, number, time_seed, QueueSpec, SplitMix64};
 
 /// The queue the driver works on (sends to, in the forward scenario).
 const QUEUE: &str = "crash";
@@ -114,22 +115,7 @@ impl Default for Options {
 
 fn parse(args: &[String]) -> Result<Options> {
     let mut options = Options::default();
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        if arg == "--" {
-            options.driver_args = rest.cloned().collect();
-            break;
-        }
-        let (flag, inline) = match arg.split_once('=') {
-            Some((flag, value)) if flag.starts_with("--") => (flag, Some(value.to_owned())),
-            _ => (arg.as_str(), None),
-        };
-        let mut value = || -> Result<String> {
-            match &inline {
-                Some(value) => Ok(value.clone()),
-                None => rest.next().cloned().with_context(|| format!("{flag} needs a value")),
-            }
-        };
+    options.driver_args = rig::walk_flags(args, |flag, value| {
         match flag {
             "--cycles" => options.cycles = number(flag, &value()?, 0)?,
             "--producers" => options.producers = number(flag, &value()?, 1)?,
@@ -147,20 +133,9 @@ fn parse(args: &[String]) -> Result<Options> {
             "-h" | "--help" => bail!("{USAGE}"),
             other => bail!("unknown argument `{other}`\n{USAGE}"),
         }
-    }
+        Ok(())
+    })?;
     Ok(options)
-}
-
-/// `text` as a number of at least `min`.
-fn number<T: std::str::FromStr + PartialOrd + From<u8> + Copy + std::fmt::Display>(
-    flag: &str,
-    text: &str,
-    min: u8,
-) -> Result<T> {
-    match text.parse::<T>() {
-        Ok(n) if n >= T::from(min) => Ok(n),
-        _ => bail!("{flag} needs a whole number of at least {min}, got `{text}`"),
-    }
 }
 
 pub(crate) fn run(args: &[String]) -> Result<()> {
@@ -381,27 +356,15 @@ fn sleep_until_or_deadline(delay: Duration, deadline: Instant, what: &str) -> Re
 }
 
 /// The emulator-format config: the queue the producers send to, partitioned, with duplicate
-/// detection whose window outlasts the test, a short lock and a delivery limit no crash pattern
-/// reaches; with `forward`, it forwards to the [`CHAIN`] (the middle queue not partitioned, the
+/// detection; with `forward`, it forwards to the [`CHAIN`] (the middle queue not partitioned, the
 /// last one partitioned, neither deduplicating: the forwarder alone must keep copies single).
 fn config_json(scenario: &str) -> Value {
-    let queue = |name: &str, partitions: u32, dedup: bool, forward_to: &str| {
-        json!({
-            "Name": name,
-            "Properties": {
-                "DeadLetteringOnMessageExpiration": false,
-                "DefaultMessageTimeToLive": "PT2H",
-                "DuplicateDetectionHistoryTimeWindow": "PT1H",
-                "ForwardDeadLetteredMessagesTo": "",
-                "ForwardTo": forward_to,
-                "LockDuration": format!("PT{LOCK_DURATION_SECS}S"),
-                "MaxDeliveryCount": 1000,
-                "RequiresDuplicateDetection": dedup,
-                "RequiresSession": false,
-                "EnablePartitioning": partitions > 1,
-                "PartitionCount": partitions,
-            },
-        })
+    let queue = |name, partitions, dedup, forward_to| QueueSpec {
+        name,
+        partitions,
+        dedup,
+        forward_to,
+        lock_secs: LOCK_DURATION_SECS,
     };
     let queues = match scenario {
         "transaction" => vec![queue(QUEUE, 4, true, ""), queue(OUT, 2, false, "")],
@@ -412,12 +375,7 @@ fn config_json(scenario: &str) -> Value {
             queue(CHAIN[1], 2, false, ""),
         ],
     };
-    json!({
-        "UserConfig": {
-            "Namespaces": [{ "Name": NAMESPACE, "Queues": queues, "Topics": [] }],
-            "Logging": { "Type": "File" },
-        }
-    })
+    rig::config_json(&queues)
 }
 
 /// The driver process: stdin kept to tell it to stop, stdout collected by a thread, stderr in a
@@ -506,30 +464,6 @@ impl Drop for Driver {
     }
 }
 
-/// splitmix64: a small seeded generator, enough for a kill schedule.
-#[derive(Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `low..=high`.
-    fn between(&mut self, low: u64, high: u64) -> u64 {
-        low + self.next() % (high - low + 1)
-    }
-}
-
-fn time_seed() -> u64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    SplitMix64(now.as_nanos() as u64 ^ u64::from(std::process::id())).next()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -565,17 +499,6 @@ mod tests {
         {
             assert!(parse(&args(bad)).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn kill_schedule_is_seeded_and_in_range() {
-        let schedule = |seed| {
-            let mut rng = SplitMix64(seed);
-            (0..100).map(|_| rng.between(500, 3000)).collect::<Vec<_>>()
-        };
-        assert_eq!(schedule(7), schedule(7));
-        assert_ne!(schedule(7), schedule(8));
-        assert!(schedule(7).iter().all(|ms| (500..=3000).contains(ms)));
     }
 
     #[test]

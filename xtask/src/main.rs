@@ -11,8 +11,10 @@
 //!
 //! Tasks: `ci` (fmt check, clippy `-D warnings`, every test), `compat` (the SDK suites against
 //! a fresh server, on RocksDB or a throwaway PostgreSQL: `postgres`), `bench` (the benchmarks of `bench/` and the core), `crash` (SIGKILL the
-//! server under load, then check that nothing acknowledged was lost or duplicated), `fuzz`
-//! (the cargo-fuzz targets of `fuzz/`); `cargo xtask help` lists their arguments.
+//! server under load, then check that nothing acknowledged was lost or duplicated), `cluster`
+//! (ironbus nodes on one PostgreSQL, loaded through every node while nodes are killed: nothing
+//! lost, every partition back within a bound), `fuzz` (the cargo-fuzz targets of `fuzz/`);
+//! `cargo xtask help` lists their arguments.
 //!
 //! `tidy` holds workspace invariants as plain `#[test]`s, so `cargo test --workspace` enforces
 //! them: `ironbus-core` reaches no concrete backend through any kind of dependency; stores and
@@ -22,11 +24,13 @@
 
 mod bench;
 mod ci;
+mod cluster;
 mod compat;
 mod crash;
 mod fuzz;
 mod native;
 mod postgres;
+mod rig;
 #[cfg(test)]
 mod tidy;
 
@@ -92,6 +96,20 @@ tasks:
                         under load, then check that nothing acknowledged was lost or duplicated;
                         --store postgres runs every restart on one throwaway PostgreSQL (as for
                         compat), which is never killed and is removed at the end
+    cluster [--scenario kill|join|cutoff|store-failover] [--nodes N] [--kills K]
+            [--interval SECONDS] [--bound SECONDS] [--lease-ms MS] [--restart-after SECONDS]
+            [--producers P] [--consumers C] [--rate R] [--seed S] [--timeout SECONDS]
+            [-- DRIVER-ARGS]
+                        N ironbus nodes (default 3) on one throwaway PostgreSQL, loaded through
+                        every node by the official Python SDK (compat/cluster/driver.py);
+                        `kill` (the default) SIGKILLs a random node every ~20 s (default 5
+                        times), restarts it (alternately 2 s after the kill and 2 s after its
+                        lease, or after --restart-after), and fails when anything acknowledged is lost or
+                        duplicated or when some partition takes longer than --bound seconds
+                        (default 10) to accept sends again after a kill; `join` adds a node under
+                        load (it must take a share of the partitions), then SIGTERMs one (its
+                        partitions must move before a lease passes); `cutoff` and
+                        `store-failover` are not built yet
     fuzz list           list the fuzz targets (fuzz/, cargo-fuzz + libFuzzer; fuzz/README.md)
     fuzz TARGET...|all [--seconds N] [--runs N]
                         build the fuzz targets (installing cargo-fuzz if missing) and run each
@@ -113,6 +131,7 @@ fn main() -> ExitCode {
         "bench" => bench::run(rest),
         "compat" => compat::run(rest),
         "crash" => crash::run(rest),
+        "cluster" => cluster::run(rest),
         "fuzz" => fuzz::run(rest),
         "help" | "-h" | "--help" => {
             print_usage();
