@@ -8,12 +8,15 @@
 //!   few writes), for testing how the core copes with a failing store.
 //! - [`LimitedStore`]: wraps a store and gives it write limits, recording the largest batch it
 //!   was handed, for testing that the core keeps within a store's limits.
+//! - [`backlog`]: a large backlog filled, recovered after a restart and drained, on the
+//!   stores a benchmark gives it (each store crate's `benches/backlog.rs`).
 //! - [`TempDir`]: a unique scratch directory for stores that live on disk.
 //! - [`keys`]: the store's key layout, for tests that reach one partition's records (the
 //!   layout is the core's own business: only tests see it).
 //! - [`partition_key_prefix`] and [`store_for`]: where a broker keeps one partition, to make
 //!   just that partition fail (with a [`FaultyStore`]) or to look at its records.
 
+pub mod backlog;
 pub mod conformance;
 mod faulty;
 mod limited;

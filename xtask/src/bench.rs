@@ -2,6 +2,8 @@
 
 use anyhow::{bail, Context, Result};
 
+use crate::postgres::{take_store_flag, StoreKind};
+
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let Some((target, rest)) = args.split_first() else {
         bail!(
@@ -28,10 +30,12 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     if target == "connections" {
         return connections(rest);
     }
+    if target == "backlog" {
+        return backlog(rest);
+    }
     let mut cargo_args: Vec<&str> = match target.as_str() {
         "core" => vec!["bench", "-p", "ironbus-core", "--bench", "throughput", "--"],
         "amqp" => vec!["run", "--release", "-p", "ironbus-bench", "--"],
-        "backlog" => vec!["bench", "-p", "ironbus-store-rocksdb", "--bench", "backlog", "--"],
         unknown => {
             bail!(
                 "unknown benchmark target `{unknown}`; known: core, amqp, backlog, connections, \
@@ -41,6 +45,36 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     };
     cargo_args.extend(rest.iter().map(String::as_str));
     crate::run_cargo(&format!("bench {target}"), &cargo_args)
+}
+
+/// The stores `bench backlog` runs on.
+const BACKLOG_STORES: [StoreKind; 2] = [StoreKind::Rocksdb, StoreKind::Postgres];
+
+/// `bench backlog [--store rocksdb|postgres] [ARGS] [-- ARGS]`: the store's backlog benchmark
+/// (`store-<store>/benches/backlog.rs`, the steps shared in the core's `testing::backlog`).
+fn backlog(rest: &[String]) -> Result<()> {
+    let (store, cargo_args) = backlog_command(rest)?;
+    if store == StoreKind::Postgres {
+        // The benchmark starts a throwaway server of the tests' harness.
+        crate::native::ensure_postgres()?;
+    }
+    crate::run_cargo(&format!("bench backlog --store {}", store.name()), &cargo_args)
+}
+
+/// The store and cargo's arguments of `bench backlog`: `--store` is taken from the arguments
+/// before a `--`, everything else goes to the benchmark.
+fn backlog_command(rest: &[String]) -> Result<(StoreKind, Vec<String>)> {
+    let (ours, theirs) = match rest.iter().position(|arg| arg == "--") {
+        Some(dashes) => (&rest[..dashes], &rest[dashes + 1..]),
+        None => (rest, &[][..]),
+    };
+    let (store, args) = take_store_flag(ours, StoreKind::Rocksdb, &BACKLOG_STORES)?;
+    let package = format!("ironbus-store-{}", store.name());
+    let mut cargo_args: Vec<String> =
+        ["bench", "-p", &package, "--bench", "backlog", "--"].map(str::to_owned).to_vec();
+    cargo_args.extend(args);
+    cargo_args.extend(theirs.iter().cloned());
+    Ok((store, cargo_args))
 }
 
 /// `bench/<name>.sh` (`side-by-side`: RabbitMQ, ironbus on memory and ironbus on RocksDB in
@@ -87,4 +121,28 @@ fn connections(rest: &[String]) -> Result<()> {
         bail!("bench connections failed ({status})");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backlog_takes_the_store_and_passes_the_rest_to_that_stores_bench() {
+        let args = |text: &str| text.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        let bench = |package: &str, rest: &str| {
+            args(&format!("bench -p ironbus-store-{package} --bench backlog -- {rest}"))
+        };
+        let command = |text: &str| backlog_command(&args(text)).unwrap();
+        assert_eq!(command(""), (StoreKind::Rocksdb, bench("rocksdb", "")));
+        assert_eq!(
+            command("--store postgres -- --messages 10"),
+            (StoreKind::Postgres, bench("postgres", "--messages 10"))
+        );
+        assert_eq!(
+            command("--messages 10 --store=postgres --stores 4"),
+            (StoreKind::Postgres, bench("postgres", "--messages 10 --stores 4"))
+        );
+        assert!(backlog_command(&args("--store memory")).is_err());
+    }
 }

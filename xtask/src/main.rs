@@ -54,9 +54,10 @@ tasks:
     ci                  check formatting, run clippy with -D warnings, run all tests
     bench core [ARGS]   run ironbus-core's throughput benchmark; ARGS go to the benchmark
     bench amqp [ARGS]   run the AMQP 1.0 load generator ironbus-bench; ARGS go to it (`--help`)
-    bench backlog [ARGS]
-                        1 M queued messages on RocksDB: RAM per message, recovery time, drain
-                        rate (--messages N, --size BYTES, --partitions N, --body-cache-mb N)
+    bench backlog [--store rocksdb|postgres] [ARGS]
+                        1 M queued messages on RocksDB (default) or a throwaway PostgreSQL: RAM
+                        per message, recovery time, drain rate (--messages N, --size BYTES,
+                        --partitions N, --body-cache-mb N; postgres also --stores N)
     bench connections [ARGS]
                         20,000 idle AMQP connections: the server's RSS and handshake latency
                         meanwhile (--connections N, --hold SECS, --max-rss-mb MB)
