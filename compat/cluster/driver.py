@@ -27,7 +27,8 @@ Commands, one per line on stdin; each gets exactly one JSON line on stdout:
   no delivery came for ``--quiet`` seconds (longer than the queue's lock, so that a message whose
   lock or completion was lost comes back first), and the driver prints the verdict
   ``{"event": "verdict", "sent": ..., "received": ..., "lost": ..., "duplicated": ..., ...}``
-  and exits.
+  (with ``errors``: every exception the SDK raised, by operation and type, judged retriable or
+  not by :func:`retriable`) and exits.
 
 It prints ``{"event": "ready"}`` once its threads run. Errors and progress go to stderr.
 """
