@@ -101,9 +101,13 @@ impl Member {
     /// next round.
     pub async fn round(&mut self) {
         let now = self.clock.now();
-        if let Err(error) = self.renew(now, false).await {
+        // A store that does not answer (a cut-off node's retries) must not hold the round past
+        // the point where it has to demote: each store step of a round gets a renew interval.
+        let (clock, limit) = (self.clock.clone(), self.config.renew_interval);
+        if let Err(error) = bounded(&clock, limit, self.renew(now, false)).await {
             warn!(node = %self.config.node_id, %error, "member row not renewed");
         }
+        let now = self.clock.now();
         let active =
             self.renewed_at.is_some_and(|at| now.saturating_since(at) < self.config.demote_after);
         if self.active != active {
@@ -116,7 +120,7 @@ impl Member {
         if !active {
             self.stop_serving().await;
         }
-        let mut owners = match self.read(now).await {
+        let mut owners = match bounded(&clock, limit, self.read(now)).await {
             Ok(owners) => owners,
             Err(error) => {
                 warn!(node = %self.config.node_id, %error, "cluster rows not read");
@@ -440,6 +444,21 @@ async fn scan_prefix(
         rows.extend(page);
         if !full {
             return Ok(rows);
+        }
+    }
+}
+
+/// `step`, or an `Unavailable` error once `limit` has passed on `clock`.
+async fn bounded<T>(
+    clock: &Arc<dyn Clock>,
+    limit: std::time::Duration,
+    step: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let deadline = clock.now().saturating_add(limit);
+    tokio::select! {
+        result = step => result,
+        () = clock.sleep_until(deadline) => {
+            Err(StoreError::unavailable(format!("no answer from the store within {limit:?}")))
         }
     }
 }

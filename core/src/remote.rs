@@ -501,6 +501,20 @@ impl Broker {
         stats
     }
 
+    /// Marks the partitions node `node` runs unavailable in this node's view: round-robin
+    /// sends go elsewhere until it answers again (or its partitions move).
+    pub fn mark_unreachable(&self, node: &str) {
+        if node.is_empty() {
+            return;
+        }
+        let owner = crate::partition::Owner::Node(node.to_owned());
+        for entity in self.entities().values() {
+            for p in entity.partitions.iter().filter(|p| p.route.owner() == owner) {
+                p.shared.mark_available(false);
+            }
+        }
+    }
+
     /// Asks the node behind `peer` for the shared view of the partitions it runs, and takes
     /// it for the partitions this node reaches there: availability, deliverable messages, size
     /// (the quota) and ready sessions (accept-next). The cluster calls it a few times a second
@@ -517,16 +531,7 @@ impl Broker {
         let lanes = match answer {
             Ok(lanes) => lanes,
             Err(e) => {
-                // Its partitions cannot serve now: round-robin sends go elsewhere until they
-                // can again (or move).
-                if !node.is_empty() {
-                    let owner = crate::partition::Owner::Node(node);
-                    for entity in self.entities().values() {
-                        for p in entity.partitions.iter().filter(|p| p.route.owner() == owner) {
-                            p.shared.mark_available(false);
-                        }
-                    }
-                }
+                self.mark_unreachable(&node);
                 return Err(e);
             }
         };

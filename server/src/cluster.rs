@@ -37,6 +37,8 @@ const NAMESPACE_NOTICE_WAIT: Duration = Duration::from_secs(2);
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// How often a node asks the others for their partitions' shared views.
 const STATS_EVERY: Duration = Duration::from_millis(200);
+/// How long a node waits for another's report before counting it as not answering.
+const STATS_WAIT: Duration = Duration::from_secs(1);
 /// The secret of a cluster whose every link address is loopback, when none is given.
 const LOOPBACK_SECRET: &str = "ironbus-loopback-cluster-secret";
 
@@ -196,11 +198,24 @@ async fn keep_current(broker: Broker, host: Arc<BrokerHost>) {
                 }
             }
             _ = stats.tick() => {
+                // Every node at once, each bounded: one that does not answer must not hold up
+                // what the others report.
+                let mut polls = tokio::task::JoinSet::new();
                 for peer in host.peers() {
-                    if let Err(e) = broker.poll_stats(peer).await {
-                        tracing::debug!(error = %e, "polling a node's partitions");
-                    }
+                    let broker = broker.clone();
+                    polls.spawn(async move {
+                        let node = peer.node().to_owned();
+                        match tokio::time::timeout(STATS_WAIT, broker.poll_stats(peer)).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => tracing::debug!(node, error = %e, "polling a node's partitions"),
+                            Err(_) => {
+                                tracing::debug!(node, "polling a node's partitions: no answer");
+                                broker.mark_unreachable(&node);
+                            }
+                        }
+                    });
                 }
+                while polls.join_next().await.is_some() {}
             }
         }
     }

@@ -8,6 +8,7 @@
 //! DELETE) or the body describes (PUT): create 201, conflict 409, update with `If-Match: *`
 //! 200, delete 200, paged lists.
 
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
@@ -485,9 +486,25 @@ impl App {
     async fn health(&self) -> Response {
         let mut limited = Vec::new();
         let mut entities = 0usize;
+        let cluster = self.config.node_id.is_some();
+        if cluster {
+            // A cluster node answers from its view of every partition (kept current by the
+            // other nodes' reports), without asking a node that may not answer.
+            let mut unavailable: BTreeMap<String, Vec<u16>> = BTreeMap::new();
+            for p in self.broker.placement().into_iter().filter(|p| !p.available) {
+                unavailable.entry(p.entity).or_default().push(p.partition);
+            }
+            for (name, partitions) in unavailable {
+                limited.push(json!({
+                    "name": name,
+                    "status": "Limited",
+                    "unavailable_partitions": partitions,
+                }));
+            }
+        }
         if let Ok(queues) = self.broker.list_queues(0, usize::MAX).await {
             entities = queues.len();
-            for info in queues {
+            for info in queues.into_iter().filter(|_| !cluster) {
                 if let Ok(runtime) = self.broker.get_queue_runtime(&info.name).await {
                     if runtime.availability == Availability::Limited {
                         let partitions: Vec<u16> =
