@@ -44,7 +44,7 @@
 mod driver;
 mod join;
 mod kill;
-mod nodes;
+pub(crate) mod nodes;
 mod verdict;
 
 use std::{
