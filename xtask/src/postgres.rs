@@ -114,13 +114,6 @@ impl Database {
         format!("postgresql://{}@127.0.0.1:{}/postgres", harness::USER, self.server.port())
     }
 
-    /// The process id of the server's postmaster (the parent of every PostgreSQL process), from
-    /// its `postmaster.pid`; `None` when that cannot be read.
-    pub(crate) fn postmaster_pid(&self) -> Option<u32> {
-        let file = self.server.dir().join("data").join("postmaster.pid");
-        std::fs::read_to_string(file).ok()?.lines().next()?.trim().parse().ok()
-    }
-
     /// Fails when the database is no longer running.
     pub(crate) fn check_running(&self) -> Result<()> {
         if self.server.exited() {
@@ -130,6 +123,13 @@ impl Database {
             );
         }
         Ok(())
+    }
+
+    /// The process id of the server's postmaster (the parent of every PostgreSQL process), from
+    /// its `postmaster.pid`; `None` when that cannot be read.
+    pub(crate) fn postmaster_pid(&self) -> Option<u32> {
+        let file = self.server.dir().join("data").join("postmaster.pid");
+        std::fs::read_to_string(file).ok()?.lines().next()?.trim().parse().ok()
     }
 }
 

@@ -103,6 +103,11 @@ impl Nodes {
         (0..self.nodes.len()).filter(|&index| self.nodes[index].server.is_some()).collect()
     }
 
+    /// The process id of node `index`, while it runs.
+    pub(crate) fn pid(&self, index: usize) -> Option<u32> {
+        self.nodes[index].server.as_ref()?.child.as_ref().map(std::process::Child::id)
+    }
+
     /// The node's id, as in its `--node-id` and in progress lines.
     pub(crate) fn name(&self, index: usize) -> &str {
         &self.nodes[index].id
@@ -110,11 +115,6 @@ impl Nodes {
 
     pub(crate) fn amqp(&self, index: usize) -> SocketAddr {
         self.nodes[index].amqp
-    }
-
-    /// The process id of node `index`, while it runs.
-    pub(crate) fn pid(&self, index: usize) -> Option<u32> {
-        self.nodes[index].server.as_ref()?.child.as_ref().map(std::process::Child::id)
     }
 
     fn command(&self, node: &Node) -> Command {
