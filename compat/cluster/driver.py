@@ -27,7 +27,8 @@ Commands, one per line on stdin; each gets exactly one JSON line on stdout:
   no delivery came for ``--quiet`` seconds (longer than the queue's lock, so that a message whose
   lock or completion was lost comes back first), and the driver prints the verdict
   ``{"event": "verdict", "sent": ..., "received": ..., "lost": ..., "duplicated": ..., ...}``
-  and exits.
+  (with ``errors``: every exception the SDK raised, by operation and type, judged retriable or
+  not by :func:`retriable`) and exits.
 
 It prints ``{"event": "ready"}`` once its threads run. Errors and progress go to stderr.
 """
@@ -42,7 +43,11 @@ import time
 from typing import List, Optional
 
 from azure.servicebus import ServiceBusClient, ServiceBusMessage, ServiceBusReceiveMode
-from azure.servicebus.exceptions import MessageAlreadySettled, MessageLockLostError
+from azure.servicebus.exceptions import (
+    MessageAlreadySettled,
+    MessageLockLostError,
+    ServiceBusError,
+)
 
 from ledger import Ledger
 
@@ -76,6 +81,15 @@ def ambiguous(error: BaseException) -> bool:
     is lost or the message settled; otherwise (a dropped connection, a time-out, a node that lost
     its way to the partition's owner) it may have."""
     return not isinstance(error, (ValueError, MessageLockLostError, MessageAlreadySettled))
+
+
+def retriable(error: BaseException) -> bool:
+    """Whether an exception is one a client should retry: the SDK's own judgement for its
+    errors (``ServiceBusError``'s ``retryable``, which its retry policy follows); a time-out or a
+    dropped connection from the standard library; nothing else."""
+    if isinstance(error, ServiceBusError):
+        return bool(getattr(error, "_retryable", False))
+    return isinstance(error, (TimeoutError, ConnectionError))
 
 
 def reply(event: str, **fields) -> None:
@@ -196,6 +210,7 @@ class Driver:
             except Exception as error:  # noqa: BLE001 - every failure is retried
                 failures += 1
                 self.ledger.send_failed()
+                self.ledger.error("send", type(error).__name__, retriable(error))
                 if failures <= 3 or failures % 25 == 0:
                     log(f"{who}: send {message_id} failed (try {failures}): {describe(error)}")
                 link.close()
@@ -217,6 +232,7 @@ class Driver:
             except Exception as error:  # noqa: BLE001 - reconnect and go on
                 failures += 1
                 self.ledger.receive_failed()
+                self.ledger.error("receive", type(error).__name__, retriable(error))
                 if failures <= 3 or failures % 25 == 0:
                     log(f"consumer {c} via {endpoint}: receive failed: {describe(error)}")
                 link.close()
@@ -231,6 +247,7 @@ class Driver:
                     self.ledger.complete(message_id)
                 except Exception as error:  # noqa: BLE001 - the message comes back
                     self.ledger.complete_failed(message_id, ambiguous(error))
+                    self.ledger.error("complete", type(error).__name__, retriable(error))
                     partition = (message.sequence_number or 0) >> 48
                     log(f"consumer {c} via {endpoint}: complete {message_id} (partition "
                         f"{partition}, started {started[:-3]}) failed"
@@ -263,6 +280,7 @@ class Driver:
                     break
                 except Exception as error:  # noqa: BLE001 - tried again until the timeout
                     failures[partition] += 1
+                    self.ledger.error("send", type(error).__name__, retriable(error))
                     if failures[partition] == 1:
                         log(f"probe {round_no} via {endpoint}: partition {partition}: "
                             f"{describe(error)}")

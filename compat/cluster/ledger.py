@@ -13,6 +13,13 @@ The driver records four kinds of events, from any thread:
   completing it then is not a duplicate. ``ambiguous`` (the connection dropped, a time-out, the
   node forwarding the completion lost its owner): the broker may have applied it.
 
+Besides, ``error(operation, name, retriable)`` counts every exception the SDK raised, by
+operation (``send``, ``receive``, ``complete``), exception type and whether the driver judged it
+retriable (the SDK's own ``retryable`` flag on its ``ServiceBusError``\ s; a time-out or dropped
+connection from the standard library counts as retriable, anything else not). The verdict lists
+them (``errors``) and counts the kinds judged not retriable (``non_retriable_errors``): for
+information, since a scenario decides which it tolerates.
+
 The verdict (:func:`verdict`), over distinct MessageIds:
 
 - ``sent``: acknowledged;
@@ -64,6 +71,7 @@ class Ledger:
         self.failed_sends = 0
         self.failed_completions = 0
         self.failed_receives = 0
+        self.errors: Counter = Counter()
         self.last_delivery = time.monotonic()
 
     def attempt(self, message_id: str) -> None:
@@ -81,6 +89,10 @@ class Ledger:
     def receive_failed(self) -> None:
         with self._lock:
             self.failed_receives += 1
+
+    def error(self, operation: str, name: str, retriable: bool) -> None:
+        with self._lock:
+            self.errors[(operation, name, retriable)] += 1
 
     def deliver(self, message_id: str, sequence_number: Optional[int]) -> None:
         with self._lock:
@@ -137,6 +149,10 @@ class Ledger:
             report["failed_sends"] = self.failed_sends
             report["failed_completions"] = self.failed_completions
             report["failed_receives"] = self.failed_receives
+            report["errors"] = errors(self.errors)
+            report["non_retriable_errors"] = sum(
+                count for (_, _, retriable), count in self.errors.items() if not retriable
+            )
             return report
 
 
@@ -178,6 +194,15 @@ def verdict(
             report[name] = ids[:LISTED]
     report["passed"] = not (lost or duplicated or unknown)
     return report
+
+
+def errors(counted: Dict[tuple, int]) -> List[dict]:
+    """The counted exceptions, most frequent first."""
+    listed = sorted(counted.items(), key=lambda item: (-item[1], item[0]))
+    return [
+        {"operation": operation, "error": name, "retriable": retriable, "count": count}
+        for (operation, name, retriable), count in listed
+    ]
 
 
 def _natural(message_id: str) -> List[object]:

@@ -6,6 +6,23 @@ import unittest
 from ledger import Ledger, verdict
 
 
+class ErrorsTest(unittest.TestCase):
+    def test_errors_are_counted_by_operation_kind_and_retriability(self):
+        ledger = Ledger()
+        ledger.error("send", "ServiceBusConnectionError", True)
+        ledger.error("send", "ServiceBusConnectionError", True)
+        ledger.error("complete", "MessageLockLostError", False)
+        report = ledger.verdict()
+        self.assertEqual(report["errors"], [
+            {"operation": "send", "error": "ServiceBusConnectionError", "retriable": True,
+             "count": 2},
+            {"operation": "complete", "error": "MessageLockLostError", "retriable": False,
+             "count": 1},
+        ])
+        self.assertEqual(report["non_retriable_errors"], 1)
+        self.assertEqual(Ledger().verdict()["errors"], [])
+
+
 class VerdictTest(unittest.TestCase):
     def test_every_acknowledged_message_completed_once_passes(self):
         report = verdict(["p0-0", "p0-1"], ["p0-0", "p0-1"], {"p0-0": 1, "p0-1": 1},

@@ -88,6 +88,11 @@ impl PostgresServer {
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
+        Self::serve(bin, runner, dir, &data)
+    }
+
+    /// Starts the watchdog on the initialised `data` and waits until the server is ready.
+    fn serve(bin: &Path, runner: &Runner, dir: &Path, data: &Path) -> Result<Self, String> {
         let port = free_port()?;
         let mut watchdog = runner.command(Path::new("sh"));
         watchdog
@@ -95,7 +100,7 @@ impl PostgresServer {
             .arg(WATCHDOG)
             .arg("watchdog")
             .arg(bin)
-            .arg(&data)
+            .arg(data)
             .arg(port.to_string())
             .arg(dir)
             .stdin(Stdio::piped())
@@ -110,6 +115,105 @@ impl PostgresServer {
         let server = Self { port, dir: dir.to_owned(), watchdog: Mutex::new(Some((child, stdin))) };
         server.wait_until_ready(bin)?;
         Ok(server)
+    }
+
+    /// Starts a **synchronous standby** of this server, named `name`: `pg_basebackup` from
+    /// this server with a replication slot `name` (`-R` writes `standby.signal`; the standby's
+    /// `primary_conninfo` carries `application_name=name`), started like this server in a
+    /// temporary directory of its own, on a free port; then this server's
+    /// `synchronous_standby_names` becomes `FIRST 1 (name)` and the standby must report
+    /// `sync_state = sync` within a minute. From then on every commit here is acknowledged
+    /// only once the standby has flushed it.
+    pub fn try_start_standby(&self, name: &str) -> Result<Self, String> {
+        let bin = bin_dir().map_err(|searched| format!("{INSTALL_HINT} (searched {searched})"))?;
+        let runner = Runner::new();
+        let dir = scratch_dir()?;
+        let started = self.start_standby_in(&bin, &runner, &dir, name);
+        if started.is_err() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        started
+    }
+
+    fn start_standby_in(
+        &self,
+        bin: &Path,
+        runner: &Runner,
+        dir: &Path,
+        name: &str,
+    ) -> Result<Self, String> {
+        runner.give(dir)?;
+        let data = dir.join("data");
+        let primary =
+            format!("host=127.0.0.1 port={} user={USER} application_name={name}", self.port);
+        let mut backup = runner.command(&bin.join("pg_basebackup"));
+        backup.arg("-d").arg(&primary).arg("-D").arg(&data);
+        backup.args(["-R", "-C", "-S", name, "-X", "stream", "--no-sync"]);
+        let out = backup.output().map_err(|e| format!("cannot run pg_basebackup: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "pg_basebackup failed ({}):\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        // The last setting of a key in postgresql.auto.conf wins.
+        let conf = data.join("postgresql.auto.conf");
+        let mut text = std::fs::read_to_string(&conf)
+            .map_err(|e| format!("cannot read {}: {e}", conf.display()))?;
+        text.push_str(&format!("primary_conninfo = '{primary}'\nprimary_slot_name = '{name}'\n"));
+        std::fs::write(&conf, text).map_err(|e| format!("cannot write {}: {e}", conf.display()))?;
+        let standby = Self::serve(bin, runner, dir, &data)?;
+        self.psql(&format!("ALTER SYSTEM SET synchronous_standby_names = 'FIRST 1 ({name})'"))?;
+        self.psql("SELECT pg_reload_conf()")?;
+        let started = Instant::now();
+        let query =
+            format!("SELECT sync_state FROM pg_stat_replication WHERE application_name = '{name}'");
+        while self.psql(&query)? != "sync" {
+            if started.elapsed() > Duration::from_secs(60) {
+                return Err(format!("the standby {name} did not become synchronous within 60 s"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(standby)
+    }
+
+    /// Runs one SQL statement with `psql` as the superuser on database `postgres`; returns its
+    /// output, unaligned and without headers (`psql -At`), trimmed.
+    pub fn psql(&self, sql: &str) -> Result<String, String> {
+        let bin = bin_dir().map_err(|searched| format!("{INSTALL_HINT} (searched {searched})"))?;
+        let out = Command::new(bin.join("psql"))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", USER, "-d", "postgres"])
+            .args(["-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .map_err(|e| format!("cannot run psql: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "psql `{sql}` failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// SIGKILLs the server's postmaster (its pid from `postmaster.pid`), as a crash would: no
+    /// shutdown checkpoint, its backends end when they notice. The watchdog still removes the
+    /// directory when the value is dropped.
+    pub fn kill(&self) -> Result<(), String> {
+        let pid_file = self.dir.join("data").join("postmaster.pid");
+        let text = std::fs::read_to_string(&pid_file)
+            .map_err(|e| format!("cannot read {}: {e}", pid_file.display()))?;
+        let pid = text.lines().next().unwrap_or_default().trim().to_owned();
+        let killed = Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .map_err(|e| format!("cannot run kill: {e}"))?;
+        if !killed.success() {
+            return Err(format!("kill -KILL {pid} failed ({killed})"));
+        }
+        Ok(())
     }
 
     /// One server for the whole test process, started on first use and stopped when the

@@ -1,9 +1,10 @@
 //! `cargo xtask cluster [--scenario kill|join|cutoff|store-failover] [--nodes N] [--kills K]
 //! [--interval SECONDS] [--bound SECONDS] [--lease-ms MS] [--restart-after SECONDS]
 //! [--producers P] [--consumers C]
-//! [--rate R] [--seed S] [--timeout SECONDS] [-- DRIVER-ARGS]`: ironbus nodes on one
-//! PostgreSQL, loaded through every node by the official Python SDK, while the task kills nodes
-//! (the node-loss proof of the cluster design, `CLUSTER.md` §4).
+//! [--rate R] [--seed S] [--cut refuse|black-hole] [--timeout SECONDS] [-- DRIVER-ARGS]`:
+//! ironbus nodes on one PostgreSQL, loaded through every node by the official Python SDK, while
+//! the task kills nodes, cuts them off from PostgreSQL or kills PostgreSQL's primary (the
+//! failure proofs of the cluster design, `CLUSTER.md` §4).
 //!
 //! Steps, shared by every scenario ([`Rig::start`]): start a throwaway PostgreSQL
 //! ([`Store`], the harness of `crate::postgres`); build `ironbus` as the crash test does; write a
@@ -26,9 +27,20 @@
 //! - `join` ([`join`]): a node started under load takes a share of the partitions (every
 //!   node's `/health` agreeing), then a node stopped with SIGTERM hands its partitions over
 //!   sooner than a lease, and the same ledger verdict.
-//! - `cutoff`, `store-failover`: not built yet (exit non-zero). A scenario is a module with a
-//!   `run(&mut Rig, &Options, seed) -> Result<Outcome>`, ending with [`verdict::finish`]: the rig
-//!   starts the same way for all, and [`Store`] is where a standby joins the primary.
+//! - `cutoff` ([`cutoff`]): every node reaches PostgreSQL through a [`Proxy`] of its own;
+//!   `--kills` times, one node's proxy is cut (`--cut`) while the driver keeps working through
+//!   every node: the node must demote itself within its lease, the others take its partitions,
+//!   every partition accepts sends within `--bound`; healed, it must run partitions again. At
+//!   the end PostgreSQL must hold every fence at its last claim's token and no undelivered
+//!   message ([`fences`]).
+//! - `store-failover` ([`failover`]): the primary has a synchronous standby and the nodes both
+//!   hosts; the primary is SIGKILLed under load, the standby promoted after `--restart-after`
+//!   (2 s): nothing acknowledged lost, every partition back within `--bound` of the promotion,
+//!   and the SDK's exceptions listed, each retriable or not.
+//!
+//! A scenario is a module with a `run(&mut Rig, &Options, seed) -> Result<Outcome>`, ending with
+//! [`verdict::finish`]: the rig starts the same way for all, [`Store`] adding what the scenario
+//! needs (a standby, proxies).
 //!
 //! `--nodes 1` runs one plain server (no `--cluster`) on the same PostgreSQL: a baseline, where
 //! the probe waits for the restart.
@@ -41,15 +53,20 @@
 //! - A failure keeps the work directory (config, every node's logs, the driver's log) and shows
 //!   the tails of the logs.
 
+mod cutoff;
 mod driver;
+mod failover;
+mod fences;
 mod join;
 mod kill;
 pub(crate) mod nodes;
+mod proxy;
 mod verdict;
 
 use std::{
     env,
     io::IsTerminal,
+    net::{Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -62,6 +79,7 @@ use crate::rig::{self, number, time_seed, QueueSpec};
 
 use self::driver::Driver;
 use self::nodes::Nodes;
+use self::proxy::{Cut, Proxy};
 
 /// The queue the driver works on.
 const QUEUE: &str = "cluster";
@@ -75,13 +93,15 @@ const RESTART_AFTER: Duration = Duration::from_secs(2);
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a probe may wait for a partition before it reports it unavailable.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The synchronous standby's name (`application_name`, replication slot) in `store-failover`.
+const STANDBY: &str = "standby1";
 /// Names an executable to run as the server instead of building `ironbus`.
 const SERVER_ENV: &str = "IRONBUS_CLUSTER_SERVER";
 
 const USAGE: &str = "usage: cargo xtask cluster [--scenario kill|join|cutoff|store-failover] \
                      [--nodes N] [--kills K] [--interval SECONDS] [--bound SECONDS] \
                      [--lease-ms MS] [--restart-after SECONDS] [--producers P] [--consumers C] \
-                     [--rate R] [--seed S] \
+                     [--rate R] [--seed S] [--cut refuse|black-hole] \
                      [--timeout SECONDS] [-- DRIVER-ARGS]";
 
 /// What the task checks.
@@ -116,11 +136,6 @@ impl Scenario {
             None => bail!("--scenario must be kill, join, cutoff or store-failover, got `{text}`"),
         }
     }
-
-    /// Whether the scenario is built; the others answer "not built yet".
-    fn built(self) -> bool {
-        matches!(self, Scenario::Kill | Scenario::Join)
-    }
 }
 
 /// The command line.
@@ -143,6 +158,8 @@ struct Options {
     rate: f64,
     seed: Option<u64>,
     timeout: Duration,
+    /// What `cutoff` does to the cut node's new connections to PostgreSQL.
+    cut: Cut,
     driver_args: Vec<String>,
 }
 
@@ -161,6 +178,7 @@ impl Default for Options {
             rate: 40.0,
             seed: None,
             timeout: Duration::from_secs(900),
+            cut: Cut::Refuse,
             driver_args: Vec::new(),
         }
     }
@@ -204,6 +222,13 @@ fn parse(args: &[String]) -> Result<Options> {
             }
             "--seed" => options.seed = Some(number(flag, &value()?, 0)?),
             "--timeout" => options.timeout = seconds(flag, value()?)?,
+            "--cut" => {
+                let text = value()?;
+                options.cut = match Cut::parse(&text) {
+                    Some(cut) => cut,
+                    None => bail!("--cut must be refuse or black-hole, got `{text}`"),
+                };
+            }
             "-h" | "--help" => bail!("{USAGE}"),
             other => bail!("unknown argument `{other}`\n{USAGE}"),
         }
@@ -214,12 +239,6 @@ fn parse(args: &[String]) -> Result<Options> {
 
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let options = parse(args)?;
-    if !options.scenario.built() {
-        bail!(
-            "cluster scenario `{}` is not built yet (built: kill, join)",
-            options.scenario.name()
-        );
-    }
     let started = Instant::now();
     let seed = options.seed.unwrap_or_else(time_seed);
     progress(&format!(
@@ -243,7 +262,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         let outcome = match options.scenario {
             Scenario::Kill => kill::run(&mut rig, &options, seed),
             Scenario::Join => join::run(&mut rig, &options, seed),
-            other => bail!("cluster scenario `{}` is not built yet", other.name()),
+            Scenario::Cutoff => cutoff::run(&mut rig, &options, seed),
+            Scenario::StoreFailover => failover::run(&mut rig, &options, seed),
         };
         if outcome.is_err() {
             rig.show_logs();
@@ -277,26 +297,73 @@ struct Outcome {
     failures: Vec<String>,
 }
 
-/// The PostgreSQL the nodes share: one primary. The `store-failover` scenario adds a
-/// synchronous standby here, and [`Store::url`] then names both hosts
-/// (`host=a,b target_session_attrs=read-write`), so that the nodes find the promoted one.
+/// The PostgreSQL the nodes share: one primary; for `store-failover` also a synchronous
+/// standby, and then [`Store::url`] names both hosts (`host=a,b … target_session_attrs=read-write`)
+/// so that the nodes find the promoted one; for `cutoff` each node reaches the primary through
+/// a [`Proxy`] of its own, which the scenario cuts.
 #[derive(Debug)]
 struct Store {
     primary: postgres::Database,
+    standby: Option<postgres::Database>,
+    /// Node `i`'s way to the primary, `proxies[i]` (`cutoff` only).
+    proxies: Vec<Proxy>,
+    /// The primary was killed on purpose: no longer checked.
+    primary_killed: bool,
 }
 
 impl Store {
-    fn start() -> Result<Store> {
-        Ok(Store { primary: postgres::Database::start()? })
+    fn start(options: &Options) -> Result<Store> {
+        let primary = postgres::Database::start()?;
+        let standby = match options.scenario {
+            Scenario::StoreFailover => Some(primary.start_standby(STANDBY)?),
+            _ => None,
+        };
+        let mut proxies = Vec::new();
+        if options.scenario == Scenario::Cutoff {
+            let upstream = SocketAddr::from((Ipv4Addr::LOCALHOST, primary.port()));
+            for _ in 0..options.nodes {
+                proxies.push(Proxy::start(upstream)?);
+            }
+        }
+        Ok(Store { primary, standby, proxies, primary_killed: false })
     }
 
-    /// Every node's `--postgres-url`.
+    /// Every node's `--postgres-url` (node `index`'s own: [`Store::node_url`]).
     fn url(&self) -> String {
-        self.primary.url()
+        match &self.standby {
+            Some(standby) => format!(
+                "host=127.0.0.1,127.0.0.1 port={},{} user={} dbname=postgres \
+                 target_session_attrs=read-write",
+                self.primary.port(),
+                standby.port(),
+                postgres::USER
+            ),
+            None => self.primary.url(),
+        }
+    }
+
+    /// Node `index`'s `--postgres-url`: through its proxy when it has one.
+    fn node_url(&self, index: usize) -> Option<String> {
+        let proxy = self.proxies.get(index)?;
+        Some(format!("postgresql://{}@{}/postgres", postgres::USER, proxy.addr()))
+    }
+
+    /// The database that takes writes: the standby once the primary was killed.
+    fn writable(&self) -> &postgres::Database {
+        match (&self.standby, self.primary_killed) {
+            (Some(standby), true) => standby,
+            _ => &self.primary,
+        }
     }
 
     fn check_running(&self) -> Result<()> {
-        self.primary.check_running()
+        if !self.primary_killed {
+            self.primary.check_running()?;
+        }
+        if let Some(standby) = &self.standby {
+            standby.check_running().context("the standby")?;
+        }
+        Ok(())
     }
 }
 
@@ -325,11 +392,14 @@ impl Rig {
             .context("encoding the config")?;
         std::fs::write(&config, text + "\n")
             .with_context(|| format!("writing {}", config.display()))?;
-        let store = Store::start()?;
+        let store = Store::start(options)?;
         let mut nodes =
             Nodes::new(server, &config, work, store.url(), options.lease_ms, options.nodes > 1);
         for _ in 0..options.nodes {
             let index = nodes.add()?;
+            if let Some(url) = store.node_url(index) {
+                nodes.set_postgres_url(index, url);
+            }
             nodes.start(index)?;
         }
         for index in 0..nodes.len() {
@@ -476,13 +546,13 @@ mod tests {
     }
 
     #[test]
-    fn every_scenario_parses_and_kill_and_join_are_built() {
+    fn every_scenario_and_cut_mode_parses() {
         for scenario in Scenario::ALL {
             let parsed = parse(&args(&format!("--scenario {}", scenario.name()))).unwrap();
             assert_eq!(parsed.scenario, scenario);
-            let built = matches!(scenario, Scenario::Kill | Scenario::Join);
-            assert_eq!(scenario.built(), built);
         }
+        assert_eq!(parse(&args("--cut black-hole")).unwrap().cut, Cut::BlackHole);
+        assert_eq!(parse(&[]).unwrap().cut, Cut::Refuse);
     }
 
     #[test]
@@ -494,16 +564,11 @@ mod tests {
             "--bound x",
             "--rate -1",
             "--scenario crash",
+            "--cut sometimes",
             "--what 1",
         ] {
             assert!(parse(&args(bad)).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn unbuilt_scenarios_fail_before_building_anything() {
-        let error = run(&args("--scenario cutoff")).unwrap_err().to_string();
-        assert_eq!(error, "cluster scenario `cutoff` is not built yet (built: kill, join)");
     }
 
     #[test]

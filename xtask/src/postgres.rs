@@ -17,6 +17,9 @@ use anyhow::{anyhow, bail, Context, Result};
 #[path = "../../store-postgres/src/testing.rs"]
 mod harness;
 
+/// The harness's superuser (trust authentication, loopback only).
+pub(crate) const USER: &str = harness::USER;
+
 /// Where PostgreSQL's `initdb` and `postgres` are, searched as the store's test harness does.
 pub(crate) fn bin_dir() -> std::result::Result<std::path::PathBuf, String> {
     harness::bin_dir()
@@ -112,6 +115,37 @@ impl Database {
     /// so the echoed server command can be pasted into a shell).
     pub(crate) fn url(&self) -> String {
         format!("postgresql://{}@127.0.0.1:{}/postgres", harness::USER, self.server.port())
+    }
+
+    /// Starts a synchronous standby of this database, named `name` (the harness's
+    /// [`harness::PostgresServer::try_start_standby`]): every commit here is then acknowledged
+    /// only once the standby has it.
+    pub(crate) fn start_standby(&self, name: &str) -> Result<Database> {
+        eprintln!("xtask: starting a synchronous standby `{name}` of PostgreSQL");
+        let server = self
+            .server
+            .try_start_standby(name)
+            .map_err(|message| anyhow!("starting the standby: {message}"))?;
+        eprintln!(
+            "xtask: standby `{name}` listening on 127.0.0.1:{} (directory {}), synchronous",
+            server.port(),
+            server.dir().display()
+        );
+        Ok(Database { server })
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.server.port()
+    }
+
+    /// Runs one SQL statement with `psql`; its output, unaligned, without headers.
+    pub(crate) fn psql(&self, sql: &str) -> Result<String> {
+        self.server.psql(sql).map_err(|message| anyhow!(message))
+    }
+
+    /// SIGKILLs the database's postmaster, as a crash would.
+    pub(crate) fn kill(&self) -> Result<()> {
+        self.server.kill().map_err(|message| anyhow!("killing PostgreSQL: {message}"))
     }
 
     /// Fails when the database is no longer running.

@@ -194,44 +194,57 @@ impl Broker {
             if entity.id != record.id || entity.record() == *record {
                 continue;
             }
-            match &record.description {
-                EntityDescription::Queue(queue) => {
-                    let description = Arc::new(queue.clone());
-                    entity.set_record(record.clone(), description.clone());
-                    for p in &entity.partitions {
-                        p.send(Command::Update(description.clone()));
-                    }
-                    self.ensure_forwarder(&entity);
-                }
-                EntityDescription::Topic(topic) => {
-                    let effective = Arc::new(topic.effective());
-                    entity.set_record(record.clone(), effective.clone());
-                    for p in &entity.partitions {
-                        p.send(Command::Update(effective.clone()));
-                        p.send(Command::Filtering(topic.filtering_messages_before_publishing));
-                    }
-                    reconfigure.extend(
-                        self.children(&entity.path, EntityKind::Subscription)
-                            .iter()
-                            .map(|s| s.path.clone()),
-                    );
-                }
-                EntityDescription::Subscription(_) => {
-                    entity.set_record(record.clone(), entity.description());
-                    reconfigure.push(entity.path.clone());
-                    self.ensure_forwarder(&entity);
-                }
-                EntityDescription::Rule(_) => {
-                    entity.set_record(record.clone(), entity.description());
-                    reconfigure.extend(entity.path.parent());
-                }
-            }
+            self.apply_update(&entity, record.clone())?;
         }
         reconfigure.sort_by(|a, b| a.key().cmp(b.key()));
         reconfigure.dedup_by(|a, b| a.key() == b.key());
         for path in reconfigure {
             if let Ok(subscription) = self.entity(&path) {
                 self.reconfigure(&subscription)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes an entity's updated record (written by this node or another): its description
+    /// and, by kind, its partitions', its lanes' rules and its forwarder.
+    pub(super) fn apply_update(
+        &self,
+        entity: &Arc<EntityHandle>,
+        record: EntityRecord,
+    ) -> Result<()> {
+        match &record.description {
+            EntityDescription::Queue(queue) => {
+                let description = Arc::new(queue.clone());
+                entity.set_record(record, description.clone());
+                for p in &entity.partitions {
+                    p.send(Command::Update(description.clone()));
+                }
+                self.ensure_forwarder(entity);
+            }
+            EntityDescription::Topic(topic) => {
+                let effective = Arc::new(topic.effective());
+                let filtering = topic.filtering_messages_before_publishing;
+                entity.set_record(record, effective.clone());
+                for p in &entity.partitions {
+                    p.send(Command::Update(effective.clone()));
+                    p.send(Command::Filtering(filtering));
+                }
+                for subscription in self.children(&entity.path, EntityKind::Subscription) {
+                    self.reconfigure(&subscription)?;
+                }
+            }
+            EntityDescription::Subscription(_) => {
+                entity.set_record(record, entity.description());
+                self.reconfigure(entity)?;
+                self.ensure_forwarder(entity);
+            }
+            EntityDescription::Rule(_) => {
+                entity.set_record(record, entity.description());
+                if let Some(subscription) = entity.path.parent().and_then(|p| self.entity(&p).ok())
+                {
+                    self.reconfigure(&subscription)?;
+                }
             }
         }
         Ok(())

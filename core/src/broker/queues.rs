@@ -193,14 +193,9 @@ impl Broker {
         };
         current.validate_update(new)?;
         self.check_forwarding(new, &entity.path)?;
-        let shared = Arc::new(new.clone());
         self.require_all_partitions(&entity).await?;
         self.write_update(&entity.path, &mut record, description).await?;
-        entity.set_record(record.clone(), shared.clone());
-        for p in &entity.partitions {
-            p.send(Command::Update(shared.clone()));
-        }
-        self.ensure_forwarder(&entity);
+        self.apply_update(&entity, record.clone())?;
         Ok(entity_info(&record))
     }
 

@@ -325,33 +325,7 @@ impl Broker {
             self.require_all_partitions(&entity).await?;
         }
         self.write_update(&entity.path, &mut record, description).await?;
-        match &record.description {
-            EntityDescription::Topic(topic) => {
-                let effective = Arc::new(topic.effective());
-                entity.set_record(record.clone(), effective.clone());
-                for p in &entity.partitions {
-                    p.send(Command::Update(effective.clone()));
-                    p.send(Command::Filtering(topic.filtering_messages_before_publishing));
-                }
-                for subscription in self.children(&entity.path, EntityKind::Subscription) {
-                    self.reconfigure(&subscription)?;
-                }
-            }
-            EntityDescription::Subscription(_) => {
-                let current = entity.description();
-                entity.set_record(record.clone(), current);
-                self.reconfigure(&entity)?;
-                self.ensure_forwarder(&entity);
-            }
-            EntityDescription::Rule(_) => {
-                entity.set_record(record.clone(), entity.description());
-                if let Some(subscription) = entity.path.parent().and_then(|p| self.entity(&p).ok())
-                {
-                    self.reconfigure(&subscription)?;
-                }
-            }
-            EntityDescription::Queue(_) => {}
-        }
+        self.apply_update(&entity, record.clone())?;
         Ok(entity_info(&record))
     }
 

@@ -27,6 +27,8 @@ struct Node {
     http: SocketAddr,
     link: SocketAddr,
     dir: PathBuf,
+    /// Its own `--postgres-url`, instead of the one every node shares.
+    postgres_url: Option<String>,
     /// Starts so far; the current log is `ironbus-<incarnation - 1>.log`.
     incarnation: u32,
     server: Option<Server>,
@@ -90,7 +92,17 @@ impl Nodes {
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let port = || compat::free_port().map(|port| SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
         let (amqp, http, link) = (port()?, port()?, port()?);
-        self.nodes.push(Node { id, amqp, http, link, dir, incarnation: 0, server: None });
+        let postgres_url = None;
+        self.nodes.push(Node {
+            id,
+            amqp,
+            http,
+            link,
+            dir,
+            postgres_url,
+            incarnation: 0,
+            server: None,
+        });
         Ok(index)
     }
 
@@ -117,10 +129,22 @@ impl Nodes {
         self.nodes[index].amqp
     }
 
+    /// Gives node `index` a `--postgres-url` of its own (from its next start).
+    pub(super) fn set_postgres_url(&mut self, index: usize, url: String) {
+        self.nodes[index].postgres_url = Some(url);
+    }
+
+    /// The log of node `index`'s current (or last) run.
+    pub(super) fn log(&self, index: usize) -> PathBuf {
+        let node = &self.nodes[index];
+        node.log(node.incarnation.saturating_sub(1))
+    }
+
     fn command(&self, node: &Node) -> Command {
+        let url = node.postgres_url.as_deref().unwrap_or(&self.postgres_url);
         let mut command = Command::new(&self.binary);
         command
-            .args(["--store", "postgres", "--postgres-url", &self.postgres_url])
+            .args(["--store", "postgres", "--postgres-url", url])
             .arg("--data-dir")
             .arg(node.dir.join("data"))
             .arg("--amqp-addr")
