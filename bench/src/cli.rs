@@ -14,9 +14,10 @@ use crate::payload::HEADER_LEN;
 #[command(name = "ironbus-bench", version)]
 pub(crate) struct Options {
     /// Broker URL; `amqp://USER:PASS@host:port` (percent-encoded) authenticates with SASL PLAIN,
-    /// otherwise SASL ANONYMOUS is used
+    /// otherwise SASL ANONYMOUS is used. Repeatable, for the nodes of a cluster: producer i and
+    /// consumer i connect to URL i mod (number of URLs)
     #[arg(long, default_value = "amqp://127.0.0.1:5672")]
-    pub url: String,
+    pub url: Vec<String>,
 
     /// Node to send to and receive from (RabbitMQ's durable queue `bench`: `/amq/queue/bench`);
     /// with `--receive-from`, the node producers send to only (a topic, an exchange)
@@ -229,8 +230,21 @@ mod tests {
         let options = Options::try_parse_from(["ironbus-bench"]).unwrap();
         assert_eq!((options.producers, options.consumers), (1, 1));
         assert_eq!(options.mode, Mode::PeekLock);
-        assert_eq!(options.url, "amqp://127.0.0.1:5672");
+        assert_eq!(options.url, ["amqp://127.0.0.1:5672"]);
         assert!(!options.durable);
+    }
+
+    #[test]
+    fn urls_repeat_for_the_nodes_of_a_cluster() {
+        let options = Options::try_parse_from([
+            "ironbus-bench",
+            "--url",
+            "amqp://127.0.0.1:1",
+            "--url",
+            "amqp://127.0.0.1:2",
+        ])
+        .unwrap();
+        assert_eq!(options.url, ["amqp://127.0.0.1:1", "amqp://127.0.0.1:2"]);
     }
 
     #[test]

@@ -82,7 +82,7 @@ impl Participant for Consumer {
     async fn attach(run: &Run, index: u32) -> Result<Consumer> {
         let name = run.link_name('c', index);
         let address = run.options.receive_address(index);
-        let mut link = run.endpoint.connect(&name, address).await?;
+        let mut link = run.endpoint(index).connect(&name, address).await?;
         // Manual credit: fe2o3-amqp's automatic mode only tops up on dispositions, which a
         // receive-and-delete consumer never sends.
         let mut receiver = Receiver::builder()

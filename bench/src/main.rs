@@ -11,6 +11,8 @@
 //! - Fan-out (`--receive-from`): producers send to `--address`, consumers are spread over the
 //!   nodes given, and "every message" means every copy: messages x nodes; rates are summed.
 //!   `--consumers 0` without it sends only.
+//! - Several nodes of one cluster (`--url` repeated): producer i and consumer i connect to URL
+//!   i mod the number of URLs; figures are for the whole run, over every node.
 //! - A run ends: when every message has been received, or at `--timeout` (which also bounds
 //!   connecting), after which it prints what it got and exits non-zero.
 //! - The clock starts after every link is attached; connecting and `$cbs` are not measured.
@@ -80,13 +82,26 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub(crate) struct Run {
     pub options: Options,
-    pub endpoint: Endpoint,
+    /// One per `--url`, in order.
+    pub endpoints: Vec<Endpoint>,
     /// Stamped into every body; tells this run's messages from leftovers.
     pub id: u64,
     pub counters: Counters,
 }
 
 impl Run {
+    /// Where producer or consumer number `index` connects: `--url` number `index` mod the
+    /// number of URLs.
+    pub(crate) fn endpoint(&self, index: u32) -> &Endpoint {
+        &self.endpoints[index as usize % self.endpoints.len()]
+    }
+
+    /// Every `--url`, passwords hidden, for progress lines.
+    fn shown_urls(&self) -> String {
+        let urls: Vec<&str> = self.endpoints.iter().map(Endpoint::shown_url).collect();
+        urls.join(", ")
+    }
+
     /// The connection (container) name of producer (`kind` `p`) or consumer (`c`) number
     /// `index`.
     pub(crate) fn link_name(&self, kind: char, index: u32) -> String {
@@ -225,11 +240,14 @@ fn print(report: &Report) {
 
 async fn execute(options: Options) -> Result<Report> {
     let deadline = clock::Instant::now() + options.timeout();
-    let endpoint =
-        Endpoint::new(&options.url, options.sasl_plain.as_deref(), options.cbs_key.as_deref())?;
+    let endpoints = options
+        .url
+        .iter()
+        .map(|url| Endpoint::new(url, options.sasl_plain.as_deref(), options.cbs_key.as_deref()))
+        .collect::<Result<Vec<_>>>()?;
     let run = Arc::new(Run {
         options,
-        endpoint,
+        endpoints,
         id: payload::new_run_id(),
         counters: Counters::default(),
     });
@@ -263,7 +281,7 @@ where
         consumers.len(),
         run.options.address,
         receiving,
-        run.endpoint.shown_url(),
+        run.shown_urls(),
         run.options.messages,
     );
 
@@ -297,7 +315,7 @@ where
         run.options.messages,
         producers.len(),
         run.options.address,
-        run.endpoint.shown_url(),
+        run.shown_urls(),
     );
     let (phase, _) = watch::channel(Phase::Running);
     let send_start = Instant::now();
@@ -476,7 +494,11 @@ fn summarise(
     let sessions = options.sessions > 0;
 
     Report {
-        url: run.endpoint.shown_url().to_owned(),
+        url: run.endpoint(0).shown_url().to_owned(),
+        urls: match run.endpoints.len() {
+            1 => Vec::new(),
+            _ => run.endpoints.iter().map(|e| e.shown_url().to_owned()).collect(),
+        },
         address: options.address.clone(),
         receive_from: options.receive_from.clone(),
         producers: options.producers,

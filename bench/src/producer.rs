@@ -39,7 +39,7 @@ impl Participant for Producer {
     /// Connects producer number `index` of the run and attaches its sender to the address.
     async fn attach(run: &Run, index: u32) -> Result<Producer> {
         let name = run.link_name('p', index);
-        let mut link = run.endpoint.connect(&name, &run.options.address).await?;
+        let mut link = run.endpoint(index).connect(&name, &run.options.address).await?;
         let sender = Sender::builder()
             .name(format!("{name}-sender"))
             .target(run.options.address.clone())

@@ -5,8 +5,11 @@ use serde::Serialize;
 /// The result of a run; field order is the printed order.
 #[derive(Debug, Serialize)]
 pub(crate) struct Report {
-    /// The broker URL (password hidden).
+    /// The broker URL (password hidden); the first of several.
     pub url: String,
+    /// Several `--url`s (a cluster's nodes): every one, in order (absent with one).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub urls: Vec<String>,
     pub address: String,
     /// Fan-out: the nodes consumers received from (absent when they received from `address`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -127,6 +130,7 @@ mod tests {
     fn report_prints_fields_in_declared_order() {
         let report = Report {
             url: "amqp://h".into(),
+            urls: Vec::new(),
             address: "q".into(),
             receive_from: Vec::new(),
             producers: 1,

@@ -194,6 +194,36 @@ async fn no_consumers_sends_only() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_urls_spread_producers_and_consumers_over_them() {
+    let (broker, addr, _trigger) = serve().await;
+    // A second listener on the same broker, as a second node would be.
+    let second =
+        AmqpTransport::bind("127.0.0.1:0".parse().unwrap(), Arc::new(Authorizer::development()))
+            .await
+            .unwrap();
+    let second_addr = second.local_addr().unwrap();
+    let (_second_trigger, shutdown) = shutdown_signal();
+    tokio::spawn(Box::new(second).serve(broker.clone(), shutdown));
+    let second_url = format!("amqp://{second_addr}");
+    let args = ["--address", "q", "--producers", "3", "--consumers", "3", "--messages", "900"];
+    let output = bench(addr, &[&args[..], &["--url", &second_url]].concat()).await;
+    let report = report(&output);
+    assert!(output.status.success(), "{report}");
+    assert_eq!(report["received"], 900, "{report}");
+    assert_eq!(report["urls"].as_array().map(Vec::len), Some(2), "{report}");
+    assert_eq!(broker.get_queue_runtime("q").await.unwrap().total_message_count, 0);
+
+    // Producer 1 and consumer 1 go to the second URL: where nothing listens, the run fails there.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let output =
+        bench(addr, &["--address", "q", "--consumers", "2", "--url", &format!("amqp://{closed}")])
+            .await;
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains(&format!("connecting to amqp://{closed}")), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_link_fails_the_run_with_the_brokers_reason() {
     let (_broker, addr, _trigger) = serve().await;
     for client in ["wire", "fe2o3"] {

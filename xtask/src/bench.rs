@@ -1,4 +1,8 @@
 //! `cargo xtask bench <target> [ARGS]`: runs a benchmark, passing ARGS to the benchmark itself.
+//! `bench cluster` is this crate's own ([`cluster`]).
+
+mod cluster;
+mod cpu;
 
 use anyhow::{bail, Context, Result};
 
@@ -7,7 +11,7 @@ use crate::postgres::{take_store_flag, StoreKind};
 pub(crate) fn run(args: &[String]) -> Result<()> {
     let Some((target, rest)) = args.split_first() else {
         bail!(
-            "`bench` needs a target: core, amqp, backlog, connections, side-by-side, \
+            "`bench` needs a target: core, amqp, backlog, cluster, connections, side-by-side, \
              instructions, fanout, filter-cost, sessions, forward or renew (see `cargo xtask \
              help`)"
         );
@@ -33,13 +37,16 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     if target == "backlog" {
         return backlog(rest);
     }
+    if target == "cluster" {
+        return cluster::run(rest);
+    }
     let mut cargo_args: Vec<&str> = match target.as_str() {
         "core" => vec!["bench", "-p", "ironbus-core", "--bench", "throughput", "--"],
         "amqp" => vec!["run", "--release", "-p", "ironbus-bench", "--"],
         unknown => {
             bail!(
-                "unknown benchmark target `{unknown}`; known: core, amqp, backlog, connections, \
-                 side-by-side, instructions, fanout, filter-cost, sessions, forward, renew"
+                "unknown benchmark target `{unknown}`; known: core, amqp, backlog, cluster, \
+                 connections, side-by-side, instructions, fanout, filter-cost, sessions, forward, renew"
             )
         }
     };

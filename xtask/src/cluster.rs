@@ -59,7 +59,7 @@ mod failover;
 mod fences;
 mod join;
 mod kill;
-mod nodes;
+pub(crate) mod nodes;
 mod proxy;
 mod verdict;
 

@@ -58,6 +58,10 @@ tasks:
                         1 M queued messages on RocksDB (default) or a throwaway PostgreSQL: RAM
                         per message, recovery time, drain rate (--messages N, --size BYTES,
                         --partitions N, --body-cache-mb N; postgres also --stores N)
+    bench cluster [--rounds N] [--messages N] [--setups LIST] [--out FILE]
+                        one node on RocksDB against 1, 2 and 3 nodes on a throwaway PostgreSQL
+                        with 1 and 2 stores, in alternating rounds (4 P / 4 C, durable 1 KiB):
+                        msg/s, latency, CPU per message of ironbus and of PostgreSQL
     bench connections [ARGS]
                         20,000 idle AMQP connections: the server's RSS and handshake latency
                         meanwhile (--connections N, --hold SECS, --max-rss-mb MB)

@@ -158,6 +158,13 @@ impl Database {
         }
         Ok(())
     }
+
+    /// The process id of the server's postmaster (the parent of every PostgreSQL process), from
+    /// its `postmaster.pid`; `None` when that cannot be read.
+    pub(crate) fn postmaster_pid(&self) -> Option<u32> {
+        let file = self.server.dir().join("data").join("postmaster.pid");
+        std::fs::read_to_string(file).ok()?.lines().next()?.trim().parse().ok()
+    }
 }
 
 /// Starts the database `kind` needs: PostgreSQL's, or none.

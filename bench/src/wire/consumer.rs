@@ -61,7 +61,7 @@ impl Participant for Consumer {
     async fn attach(run: &Run, index: u32) -> Result<Consumer> {
         let name = run.link_name('c', index);
         let address = run.options.receive_address(index);
-        let mut wire = Wire::open(&run.endpoint, &name).await?;
+        let mut wire = Wire::open(run.endpoint(index), &name).await?;
         if run.options.sessions > 0 {
             return Ok(Consumer {
                 wire,

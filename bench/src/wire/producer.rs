@@ -45,7 +45,7 @@ impl Participant for Producer {
     /// Connects producer number `index` of the run and attaches its sender to the address.
     async fn attach(run: &Run, index: u32) -> Result<Producer> {
         let name = run.link_name('p', index);
-        let mut wire = Wire::open(&run.endpoint, &name).await?;
+        let mut wire = Wire::open(run.endpoint(index), &name).await?;
         let link = Link {
             name: format!("{name}-sender"),
             role: Role::Sender,

@@ -42,7 +42,7 @@ impl Node {
 
 /// The nodes of one run.
 #[derive(Debug)]
-pub(super) struct Nodes {
+pub(crate) struct Nodes {
     binary: PathBuf,
     config: PathBuf,
     work: PathBuf,
@@ -52,11 +52,13 @@ pub(super) struct Nodes {
     lease_ms: u64,
     /// False: plain servers (no `--cluster`), for a one-node baseline.
     clustered: bool,
+    /// More arguments for every node (`cargo xtask bench cluster`: `--stores N`).
+    extra_args: Vec<String>,
     nodes: Vec<Node>,
 }
 
 impl Nodes {
-    pub(super) fn new(
+    pub(crate) fn new(
         binary: &Path,
         config: &Path,
         work: &Path,
@@ -72,12 +74,18 @@ impl Nodes {
             secret: format!("{:016x}{:016x}", time_seed(), time_seed().rotate_left(17)),
             lease_ms,
             clustered,
+            extra_args: Vec::new(),
             nodes: Vec::new(),
         }
     }
 
+    /// Gives every node started from now on `args` as well.
+    pub(crate) fn add_args(&mut self, args: &[&str]) {
+        self.extra_args.extend(args.iter().map(|arg| (*arg).to_owned()));
+    }
+
     /// Declares one more node (not started): its id, ports and directory. Returns its index.
-    pub(super) fn add(&mut self) -> Result<usize> {
+    pub(crate) fn add(&mut self) -> Result<usize> {
         let index = self.nodes.len();
         let id = format!("node-{}", index + 1);
         let dir = self.work.join(&id);
@@ -98,21 +106,26 @@ impl Nodes {
         Ok(index)
     }
 
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.nodes.len()
     }
 
     /// The nodes that run (started and not killed or stopped since).
-    pub(super) fn running(&self) -> Vec<usize> {
+    pub(crate) fn running(&self) -> Vec<usize> {
         (0..self.nodes.len()).filter(|&index| self.nodes[index].server.is_some()).collect()
     }
 
+    /// The process id of node `index`, while it runs.
+    pub(crate) fn pid(&self, index: usize) -> Option<u32> {
+        self.nodes[index].server.as_ref()?.child.as_ref().map(std::process::Child::id)
+    }
+
     /// The node's id, as in its `--node-id` and in progress lines.
-    pub(super) fn name(&self, index: usize) -> &str {
+    pub(crate) fn name(&self, index: usize) -> &str {
         &self.nodes[index].id
     }
 
-    pub(super) fn amqp(&self, index: usize) -> SocketAddr {
+    pub(crate) fn amqp(&self, index: usize) -> SocketAddr {
         self.nodes[index].amqp
     }
 
@@ -151,11 +164,12 @@ impl Nodes {
                 .arg("--lease-ms")
                 .arg(self.lease_ms.to_string());
         }
+        command.args(&self.extra_args);
         command
     }
 
     /// Starts node `index` (again), its output in a new log.
-    pub(super) fn start(&mut self, index: usize) -> Result<()> {
+    pub(crate) fn start(&mut self, index: usize) -> Result<()> {
         let node = &self.nodes[index];
         if node.server.is_some() {
             bail!("{} is already running", node.id);
@@ -168,7 +182,7 @@ impl Nodes {
     }
 
     /// Waits until node `index` answers `GET /health` with 200; returns how long that took.
-    pub(super) fn wait_ready(&mut self, index: usize, timeout: Duration) -> Result<Duration> {
+    pub(crate) fn wait_ready(&mut self, index: usize, timeout: Duration) -> Result<Duration> {
         let started = Instant::now();
         loop {
             let node = &mut self.nodes[index];
@@ -196,7 +210,7 @@ impl Nodes {
 
     /// Where every partition of `entity` runs, as node `index`'s `/health` says (`None`: it did
     /// not answer, or has no cluster view).
-    pub(super) fn placement(&self, index: usize, entity: &str) -> Option<Placement> {
+    pub(crate) fn placement(&self, index: usize, entity: &str) -> Option<Placement> {
         let (_, body) = health(self.nodes[index].http)?;
         parse_placement(&body, entity)
     }
@@ -255,17 +269,17 @@ pub(super) fn health(addr: SocketAddr) -> Option<(u16, String)> {
 /// Where the partitions of an entity run: for each partition in order, its owner's node id
 /// (`None`: no node runs it) and whether it is available.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Placement(pub(super) Vec<(Option<String>, bool)>);
+pub(crate) struct Placement(pub(crate) Vec<(Option<String>, bool)>);
 
 impl Placement {
     /// The partitions `node` runs.
-    pub(super) fn of(&self, node: &str) -> Vec<usize> {
+    pub(crate) fn of(&self, node: &str) -> Vec<usize> {
         let owned = self.0.iter().enumerate();
         owned.filter(|(_, (owner, _))| owner.as_deref() == Some(node)).map(|(p, _)| p).collect()
     }
 
     /// Whether every partition runs somewhere and is available.
-    pub(super) fn settled(&self) -> bool {
+    pub(crate) fn settled(&self) -> bool {
         !self.0.is_empty() && self.0.iter().all(|(owner, available)| owner.is_some() && *available)
     }
 }
