@@ -104,7 +104,7 @@ tasks:
     cluster [--scenario kill|join|cutoff|store-failover] [--nodes N] [--kills K]
             [--interval SECONDS] [--bound SECONDS] [--lease-ms MS] [--restart-after SECONDS]
             [--producers P] [--consumers C] [--rate R] [--seed S] [--timeout SECONDS]
-            [-- DRIVER-ARGS]
+            [--cut refuse|black-hole] [-- DRIVER-ARGS]
                         N ironbus nodes (default 3) on one throwaway PostgreSQL, loaded through
                         every node by the official Python SDK (compat/cluster/driver.py);
                         `kill` (the default) SIGKILLs a random node every ~20 s (default 5
@@ -113,8 +113,11 @@ tasks:
                         duplicated or when some partition takes longer than --bound seconds
                         (default 10) to accept sends again after a kill; `join` adds a node under
                         load (it must take a share of the partitions), then SIGTERMs one (its
-                        partitions must move before a lease passes); `cutoff` and
-                        `store-failover` are not built yet
+                        partitions must move before a lease passes); `cutoff` cuts a node off
+                        PostgreSQL (not from its clients) K times: it must demote itself within
+                        its lease, the others take over, its writes after the fence are refused;
+                        `store-failover` kills the PostgreSQL primary under load and promotes its
+                        synchronous standby: nothing acknowledged lost, only retriable errors
     fuzz list           list the fuzz targets (fuzz/, cargo-fuzz + libFuzzer; fuzz/README.md)
     fuzz TARGET...|all [--seconds N] [--runs N]
                         build the fuzz targets (installing cargo-fuzz if missing) and run each
