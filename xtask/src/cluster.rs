@@ -61,7 +61,7 @@ use crate::postgres;
 use crate::rig::{self, number, time_seed, QueueSpec};
 
 use self::driver::Driver;
-use self::nodes::Nodes;
+pub(crate) use self::nodes::{Nodes, Placement};
 
 /// The queue the driver works on.
 const QUEUE: &str = "cluster";

@@ -3,8 +3,13 @@
 //! per start: `ironbus-<incarnation>.log`), all on the same PostgreSQL and secret.
 //!
 //! A node keeps its ports and id across restarts. `/health` over plain HTTP says when it is up.
+//!
+//! `cargo xtask compat --cluster` starts its nodes here too, with TLS listeners
+//! ([`Nodes::serve_tls`]: AMQPS and HTTPS, one certificate for all) and flags of its own
+//! ([`Nodes::extra_args`]).
 
 use std::{
+    collections::BTreeMap,
     fs,
     io::{Read, Write},
     net::{Ipv4Addr, SocketAddr, TcpStream},
@@ -26,6 +31,8 @@ struct Node {
     amqp: SocketAddr,
     http: SocketAddr,
     link: SocketAddr,
+    /// AMQPS and HTTPS, when the nodes serve TLS.
+    tls: Option<(SocketAddr, SocketAddr)>,
     dir: PathBuf,
     /// Starts so far; the current log is `ironbus-<incarnation - 1>.log`.
     incarnation: u32,
@@ -40,7 +47,7 @@ impl Node {
 
 /// The nodes of one run.
 #[derive(Debug)]
-pub(super) struct Nodes {
+pub(crate) struct Nodes {
     binary: PathBuf,
     config: PathBuf,
     work: PathBuf,
@@ -50,11 +57,15 @@ pub(super) struct Nodes {
     lease_ms: u64,
     /// False: plain servers (no `--cluster`), for a one-node baseline.
     clustered: bool,
+    /// Nodes declared from now on listen for AMQPS and HTTPS too ([`Nodes::serve_tls`]).
+    tls: bool,
+    /// Given to every node after the others.
+    extra: Vec<String>,
     nodes: Vec<Node>,
 }
 
 impl Nodes {
-    pub(super) fn new(
+    pub(crate) fn new(
         binary: &Path,
         config: &Path,
         work: &Path,
@@ -70,38 +81,69 @@ impl Nodes {
             secret: format!("{:016x}{:016x}", time_seed(), time_seed().rotate_left(17)),
             lease_ms,
             clustered,
+            tls: false,
+            extra: Vec::new(),
             nodes: Vec::new(),
         }
     }
 
+    /// Nodes declared from now on also serve AMQPS and HTTPS, all with the certificate of the
+    /// first node: its development certificate, generated under its data directory when it
+    /// starts (start it first: [`Nodes::tls_dir`]). The others get it as `--tls-cert`/`--tls-key`.
+    pub(crate) fn serve_tls(&mut self) {
+        self.tls = true;
+    }
+
+    /// Where the first node keeps the development certificate every TLS listener serves
+    /// (`ca.pem`, the CA clients trust; `cert.pem`, `key.pem`).
+    pub(crate) fn tls_dir(&self) -> PathBuf {
+        self.work.join(node_id(0)).join("data").join("tls")
+    }
+
+    /// Arguments every node gets, after the others.
+    pub(crate) fn extra_args(&mut self, args: &[&str]) {
+        self.extra.extend(args.iter().map(|arg| (*arg).to_owned()));
+    }
+
     /// Declares one more node (not started): its id, ports and directory. Returns its index.
-    pub(super) fn add(&mut self) -> Result<usize> {
+    pub(crate) fn add(&mut self) -> Result<usize> {
         let index = self.nodes.len();
-        let id = format!("node-{}", index + 1);
+        let id = node_id(index);
         let dir = self.work.join(&id);
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let port = || compat::free_port().map(|port| SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
         let (amqp, http, link) = (port()?, port()?, port()?);
-        self.nodes.push(Node { id, amqp, http, link, dir, incarnation: 0, server: None });
+        let tls = if self.tls { Some((port()?, port()?)) } else { None };
+        self.nodes.push(Node { id, amqp, http, link, tls, dir, incarnation: 0, server: None });
         Ok(index)
     }
 
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.nodes.len()
     }
 
     /// The nodes that run (started and not killed or stopped since).
-    pub(super) fn running(&self) -> Vec<usize> {
+    pub(crate) fn running(&self) -> Vec<usize> {
         (0..self.nodes.len()).filter(|&index| self.nodes[index].server.is_some()).collect()
     }
 
     /// The node's id, as in its `--node-id` and in progress lines.
-    pub(super) fn name(&self, index: usize) -> &str {
+    pub(crate) fn name(&self, index: usize) -> &str {
         &self.nodes[index].id
     }
 
-    pub(super) fn amqp(&self, index: usize) -> SocketAddr {
+    pub(crate) fn amqp(&self, index: usize) -> SocketAddr {
         self.nodes[index].amqp
+    }
+
+    /// The plain HTTP listener: REST, `/health`, `/metrics`.
+    pub(crate) fn http(&self, index: usize) -> SocketAddr {
+        self.nodes[index].http
+    }
+
+    /// The AMQPS and HTTPS listeners, when the node serves TLS.
+    pub(crate) fn tls(&self, index: usize) -> Option<(SocketAddr, SocketAddr)> {
+        self.nodes[index].tls
     }
 
     fn command(&self, node: &Node) -> Command {
@@ -112,12 +154,24 @@ impl Nodes {
             .arg(node.dir.join("data"))
             .arg("--amqp-addr")
             .arg(node.amqp.to_string())
-            .args(["--amqps-addr", "off"])
             .arg("--http-addr")
             .arg(node.http.to_string())
-            .args(["--https-addr", "off"])
             .arg("--config")
             .arg(&self.config);
+        match node.tls {
+            Some((amqps, https)) => {
+                command.arg("--amqps-addr").arg(amqps.to_string());
+                command.arg("--https-addr").arg(https.to_string());
+                if node.id != node_id(0) {
+                    let dir = self.tls_dir();
+                    command.arg("--tls-cert").arg(dir.join("cert.pem"));
+                    command.arg("--tls-key").arg(dir.join("key.pem"));
+                }
+            }
+            None => {
+                command.args(["--amqps-addr", "off", "--https-addr", "off"]);
+            }
+        }
         if self.clustered {
             command
                 .args(["--cluster", "--node-id", &node.id])
@@ -127,11 +181,12 @@ impl Nodes {
                 .arg("--lease-ms")
                 .arg(self.lease_ms.to_string());
         }
+        command.args(&self.extra);
         command
     }
 
     /// Starts node `index` (again), its output in a new log.
-    pub(super) fn start(&mut self, index: usize) -> Result<()> {
+    pub(crate) fn start(&mut self, index: usize) -> Result<()> {
         let node = &self.nodes[index];
         if node.server.is_some() {
             bail!("{} is already running", node.id);
@@ -144,7 +199,7 @@ impl Nodes {
     }
 
     /// Waits until node `index` answers `GET /health` with 200; returns how long that took.
-    pub(super) fn wait_ready(&mut self, index: usize, timeout: Duration) -> Result<Duration> {
+    pub(crate) fn wait_ready(&mut self, index: usize, timeout: Duration) -> Result<Duration> {
         let started = Instant::now();
         loop {
             let node = &mut self.nodes[index];
@@ -177,6 +232,17 @@ impl Nodes {
         parse_placement(&body, entity)
     }
 
+    /// Where every partition of every entity runs, if every running node's `/health` says the
+    /// same (`None`: they differ, or one did not answer).
+    pub(crate) fn agreed(&self) -> Option<BTreeMap<String, Placement>> {
+        let mut views = self.running().into_iter().map(|index| {
+            let (_, body) = health(self.nodes[index].http)?;
+            parse_placements(&body)
+        });
+        let first = views.next()??;
+        views.all(|view| view.as_ref() == Some(&first)).then_some(first)
+    }
+
     /// SIGKILLs node `index` and waits for it to exit.
     pub(super) fn kill(&mut self, index: usize) -> Result<()> {
         let node = &mut self.nodes[index];
@@ -197,7 +263,7 @@ impl Nodes {
     }
 
     /// Fails when a node that should run has exited.
-    pub(super) fn check_running(&mut self) -> Result<()> {
+    pub(crate) fn check_running(&mut self) -> Result<()> {
         for node in &mut self.nodes {
             if let Some(server) = node.server.as_mut() {
                 if let Some(status) = server.exited()? {
@@ -209,10 +275,15 @@ impl Nodes {
     }
 
     /// Every node's latest log.
-    pub(super) fn latest_logs(&self) -> Vec<PathBuf> {
+    pub(crate) fn latest_logs(&self) -> Vec<PathBuf> {
         let started = self.nodes.iter().filter(|node| node.incarnation > 0);
         started.map(|node| node.log(node.incarnation - 1)).collect()
     }
+}
+
+/// The id of the node declared `index`-th: `node-<index + 1>`.
+fn node_id(index: usize) -> String {
+    format!("node-{}", index + 1)
 }
 
 /// `GET /health` at `addr` over plain HTTP/1.0: the status code and the body, or `None` when the
@@ -230,18 +301,18 @@ pub(super) fn health(addr: SocketAddr) -> Option<(u16, String)> {
 
 /// Where the partitions of an entity run: for each partition in order, its owner's node id
 /// (`None`: no node runs it) and whether it is available.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Placement(pub(super) Vec<(Option<String>, bool)>);
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Placement(pub(super) Vec<(Option<String>, bool)>);
 
 impl Placement {
     /// The partitions `node` runs.
-    pub(super) fn of(&self, node: &str) -> Vec<usize> {
+    pub(crate) fn of(&self, node: &str) -> Vec<usize> {
         let owned = self.0.iter().enumerate();
         owned.filter(|(_, (owner, _))| owner.as_deref() == Some(node)).map(|(p, _)| p).collect()
     }
 
     /// Whether every partition runs somewhere and is available.
-    pub(super) fn settled(&self) -> bool {
+    pub(crate) fn settled(&self) -> bool {
         !self.0.is_empty() && self.0.iter().all(|(owner, available)| owner.is_some() && *available)
     }
 }
@@ -249,20 +320,26 @@ impl Placement {
 /// The placement of `entity` in a cluster node's `/health` body (`partitions`: objects with
 /// `entity`, `partition`, `owner`, `available`).
 fn parse_placement(body: &str, entity: &str) -> Option<Placement> {
+    Some(parse_placements(body)?.remove(entity).unwrap_or_default())
+}
+
+/// The placement of every entity in a cluster node's `/health` body, by entity name.
+fn parse_placements(body: &str) -> Option<BTreeMap<String, Placement>> {
     let health: serde_json::Value = serde_json::from_str(body).ok()?;
-    let mut partitions: Vec<(u64, Option<String>, bool)> = health["partitions"]
+    let mut partitions: Vec<(&str, u64, Option<String>, bool)> = health["partitions"]
         .as_array()?
         .iter()
-        .filter(|p| p["entity"] == entity)
         .filter_map(|p| {
             let owner = p["owner"].as_str().map(str::to_owned);
-            Some((p["partition"].as_u64()?, owner, p["available"] == true))
+            Some((p["entity"].as_str()?, p["partition"].as_u64()?, owner, p["available"] == true))
         })
         .collect();
-    partitions.sort_by_key(|(partition, _, _)| *partition);
-    Some(Placement(
-        partitions.into_iter().map(|(_, owner, available)| (owner, available)).collect(),
-    ))
+    partitions.sort_by_key(|(entity, partition, _, _)| (*entity, *partition));
+    let mut placements = BTreeMap::<String, Placement>::new();
+    for (entity, _, owner, available) in partitions {
+        placements.entry(entity.to_owned()).or_default().0.push((owner, available));
+    }
+    Some(placements)
 }
 
 /// The status code and body of an HTTP/1.x response.
@@ -298,6 +375,31 @@ mod tests {
         assert!(Placement(vec![(Some("a".into()), true)]).settled());
         assert!(!Placement(vec![]).settled());
         assert_eq!(parse_placement(r#"{"status":"Available"}"#, "cluster"), None);
+        let all = parse_placements(body).unwrap();
+        assert_eq!(all.keys().collect::<Vec<_>>(), ["cluster", "other"]);
+        assert_eq!(all["other"].of("node-1"), [0]);
+    }
+
+    #[test]
+    fn tls_nodes_serve_the_first_nodes_certificate_with_the_extra_flags() {
+        let work = std::env::temp_dir().join(format!("xtask-tls-nodes-{}", std::process::id()));
+        let config = work.join("config.json");
+        let mut nodes = Nodes::new(Path::new("ironbus"), &config, &work, String::new(), 3000, true);
+        nodes.serve_tls();
+        nodes.extra_args(&["--testing-fault-injection"]);
+        let (a, b) = (nodes.add().unwrap(), nodes.add().unwrap());
+        let (amqps, https) = nodes.tls(b).unwrap();
+        let second = compat::shown(&nodes.command(&nodes.nodes[b]));
+        let cert = nodes.tls_dir().join("cert.pem");
+        for expected in [
+            format!("--amqps-addr {amqps} --https-addr {https} --tls-cert {}", cert.display()),
+            "--testing-fault-injection".to_owned(),
+        ] {
+            assert!(second.contains(&expected), "{second} lacks {expected}");
+        }
+        let first = compat::shown(&nodes.command(&nodes.nodes[a]));
+        assert!(!first.contains("--tls-cert") && !first.contains("--amqps-addr off"), "{first}");
+        fs::remove_dir_all(&work).unwrap();
     }
 
     #[test]
