@@ -52,6 +52,7 @@ def client(connection_string: str):
 
 ADMIN_ENV_VAR = "IRONBUS_ADMIN_CONNECTION_STRING"
 HTTP_ENV_VAR = "IRONBUS_HTTP_URL"
+HTTP_ALL_ENV_VAR = "IRONBUS_HTTP_URLS"
 CA_ENV_VAR = "IRONBUS_CA_CERT"
 
 
@@ -66,6 +67,15 @@ def _required(name: str) -> str:
 def http_url() -> str:
     """The plain HTTP listener: REST data plane, /health, /metrics, the testing fault endpoint."""
     return _required(HTTP_ENV_VAR).rstrip("/")
+
+
+@pytest.fixture(scope="session")
+def http_urls(http_url: str) -> list:
+    """Every server's plain HTTP listener, ``http_url`` first: one server, or every node of a
+    cluster (``IRONBUS_HTTP_URLS``, separated by spaces). A fault is injected where the
+    partition runs, and a metric counted there."""
+    others = os.environ.get(HTTP_ALL_ENV_VAR, "").split()
+    return [http_url] + [url.rstrip("/") for url in others if url.rstrip("/") != http_url]
 
 
 @pytest.fixture

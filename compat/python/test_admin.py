@@ -109,18 +109,20 @@ def test_namespace_properties(admin):
     assert namespace.name == "sbemulatorns"
 
 
-def test_limited_status_when_a_partition_is_unavailable(admin, http_url):
+def test_limited_status_when_a_partition_is_unavailable(admin, http_url, http_urls):
     name = fresh("limited")
     admin.create_queue(name, enable_partitioning=True)
     assert str(admin.get_queue(name).availability_status) in ("Available", "EntityAvailabilityStatus.AVAILABLE")
 
     def fault(available: bool):
-        response = requests.post(
-            f"{http_url}/$ironbus/faults",
-            params={"entity": name, "partition": "3", "available": str(available).lower()},
-            timeout=10,
-        )
-        assert response.status_code == 200, response.text
+        # On every server: in a cluster only the node that runs the partition holds its store.
+        for url in http_urls:
+            response = requests.post(
+                f"{url}/$ironbus/faults",
+                params={"entity": name, "partition": "3", "available": str(available).lower()},
+                timeout=10,
+            )
+            assert response.status_code == 200, response.text
 
     fault(False)
     try:

@@ -78,7 +78,7 @@ use crate::postgres;
 use crate::rig::{self, number, time_seed, QueueSpec};
 
 use self::driver::Driver;
-use self::nodes::Nodes;
+pub(crate) use self::nodes::{Nodes, Placement};
 use self::proxy::{Cut, Proxy};
 
 /// The queue the driver works on.

@@ -1,6 +1,8 @@
-//! `cargo xtask compat [python|js|rust|all|config] [--store rocksdb|postgres] [-- ARGS]`: the
-//! SDK compatibility suites against a real `ironbus` process, on RocksDB (the default) or on a
-//! throwaway PostgreSQL that the task starts and removes ([`crate::postgres`]).
+//! `cargo xtask compat [python|js|rust|all|config] [--store rocksdb|postgres] [--cluster]
+//! [-- ARGS]`: the SDK compatibility suites against a real `ironbus` process, on RocksDB (the
+//! default) or on a throwaway PostgreSQL that the task starts and removes ([`crate::postgres`]);
+//! `--cluster` (PostgreSQL) against three cluster nodes instead, each kind of client connected to
+//! a different node ([`cluster`]).
 //!
 //! Suites: `python` (official `azure-servicebus`, pytest), `js` (official `@azure/service-bus`,
 //! node's test runner), `rust` (the unofficial `azservicebus` crate, `compat/rust`, its own cargo
@@ -14,7 +16,8 @@
 //! server on free ports (AMQP, AMQPS, plain HTTP, HTTPS with its development CA, testing fault
 //! injection on), its output in a log file; wait until the ports accept connections; run each
 //! suite with `IRONBUS_CONNECTION_STRING`, `IRONBUS_ADMIN_CONNECTION_STRING`,
-//! `IRONBUS_TLS_CONNECTION_STRING` (AMQP over TLS), `IRONBUS_HTTP_URL`, `IRONBUS_CA_CERT`,
+//! `IRONBUS_TLS_CONNECTION_STRING` (AMQP over TLS), `IRONBUS_HTTP_URL` (and every server's as
+//! `IRONBUS_HTTP_URLS`), `IRONBUS_CA_CERT`,
 //! `IRONBUS_POLICIES` and `NODE_EXTRA_CA_CERTS` set; stop the server. A failure prints the tail of the server log and leaves the work directory
 //! (config + log) in place.
 //!
@@ -32,17 +35,16 @@
 
 use std::{
     env, fs,
-    io::{BufRead, BufReader},
-    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
+    net::{Ipv4Addr, SocketAddr, TcpListener},
     path::{Path, PathBuf},
-    process::{Child, Command, ExitStatus, Stdio},
-    thread,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Map, Value};
 
+use crate::cluster::Nodes;
 use crate::postgres::{self, StoreKind};
 use crate::workspace_root;
 
@@ -67,10 +69,6 @@ const MSSUITE_TIMEOUT: Duration = Duration::from_secs(90 * 60);
 /// A run that includes it binds the server there (and fails early when they are taken).
 const MSSUITE_HTTPS_PORT: u16 = 443;
 const MSSUITE_AMQPS_PORT: u16 = 5671;
-/// How long the server may take to exit after SIGTERM before it is killed.
-const STOP_TIMEOUT: Duration = Duration::from_secs(5);
-/// Lines of the server log shown when something failed.
-pub(crate) const LOG_TAIL_LINES: usize = 80;
 
 /// A queue property value in the emulator's config format.
 #[derive(Debug, Clone, Copy)]
@@ -191,7 +189,14 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         Some(dashes) => (&args[..dashes], &args[dashes + 1..]),
         None => (args, &[][..]),
     };
-    let (store, selection) = postgres::take_store_flag(selection, StoreKind::Rocksdb, &STORES)?;
+    let clustered = selection.iter().any(|arg| arg == "--cluster");
+    let selection: Vec<String> =
+        selection.iter().filter(|arg| *arg != "--cluster").cloned().collect();
+    let default_store = if clustered { StoreKind::Postgres } else { StoreKind::Rocksdb };
+    let (store, selection) = postgres::take_store_flag(&selection, default_store, &STORES)?;
+    if clustered && store != StoreKind::Postgres {
+        bail!("--cluster runs on PostgreSQL: drop `--store {}`", store.name());
+    }
     let suites: Vec<&Suite> = match selection.as_slice() {
         [] => SUITES.iter().filter(|suite| suite.in_all).collect(),
         [one] if one == "all" => SUITES.iter().filter(|suite| suite.in_all).collect(),
@@ -209,6 +214,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
             selection.join(" ")
         ),
     };
+    if clustered && suites.iter().any(|suite| suite.name == "mssuite") {
+        bail!("Microsoft's suite needs Service Bus's own ports on one server: not with --cluster");
+    }
     if !runner_args.is_empty() && suites.len() > 1 {
         bail!("arguments after `--` go to one suite's runner: name the suite (python, js or rust)");
     }
@@ -231,11 +239,95 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let config = work.path.join("config.json");
     let text = serde_json::to_string_pretty(&config_json()).context("encoding the config")?;
     fs::write(&config, text + "\n").with_context(|| format!("writing {}", config.display()))?;
-    let log = work.path.join("ironbus.log");
+    let database = postgres::start_for(store)?;
+    let (mut serving, target) = if clustered {
+        let database = database.as_ref().context("a cluster needs PostgreSQL")?;
+        cluster::start(&binary, &config, &work.path, database)?
+    } else {
+        let standard_ports = suites.iter().any(|suite| suite.name == "mssuite");
+        start_one(&binary, &config, &work.path, store, database.as_ref(), standard_ports)?
+    };
+
+    let mut failed = Vec::new();
+    for suite in &suites {
+        eprintln!("xtask: compat suite `{}`", suite.name);
+        let started = Instant::now();
+        let outcome = run_suite(suite, &target, runner_args);
+        let took = format!("{:.0} s", started.elapsed().as_secs_f64());
+        match outcome {
+            Ok(true) => eprintln!("xtask: compat suite `{}` passed ({took})", suite.name),
+            Ok(false) => {
+                eprintln!("xtask: compat suite `{}` failed ({took})", suite.name);
+                failed.push(suite.name);
+            }
+            Err(err) => {
+                eprintln!("xtask: compat suite `{}`: {err:#}", suite.name);
+                failed.push(suite.name);
+            }
+        }
+    }
+    if let Some(exited) = serving.exited()? {
+        eprintln!("xtask: {exited} during the suites");
+        failed.push("server");
+    }
+    let logs = serving.logs();
+    drop(serving);
+    drop(database);
+
+    let setup = if clustered { "a cluster of 3 nodes" } else { store.name() };
+    if failed.is_empty() {
+        work.remove();
+        eprintln!("xtask: compat passed ({}; store {setup})", names(&suites));
+        return Ok(());
+    }
+    for log in &logs {
+        eprintln!("{}", log_tail(log, LOG_TAIL_LINES / logs.len()));
+    }
+    eprintln!("xtask: kept config and server logs in {}", work.path.display());
+    bail!("compat failed: {}", failed.join(", "))
+}
+
+/// What serves the suites: one server, or the nodes of a cluster. Stops them when dropped.
+#[derive(Debug)]
+enum Serving {
+    One { server: Server, log: PathBuf },
+    Cluster(Nodes),
+}
+
+impl Serving {
+    /// What exited by itself, if anything did.
+    fn exited(&mut self) -> Result<Option<String>> {
+        Ok(match self {
+            Serving::One { server, .. } => {
+                server.exited()?.map(|status| format!("the server exited ({status})"))
+            }
+            Serving::Cluster(nodes) => nodes.check_running().err().map(|err| format!("{err:#}")),
+        })
+    }
+
+    /// Every server's log.
+    fn logs(&self) -> Vec<PathBuf> {
+        match self {
+            Serving::One { log, .. } => vec![log.clone()],
+            Serving::Cluster(nodes) => nodes.latest_logs(),
+        }
+    }
+}
+
+/// Starts one server on free loopback ports (HTTPS and AMQPS on Service Bus's own when
+/// `standard_ports`), with the store `store`, and waits until it listens.
+fn start_one(
+    binary: &Path,
+    config: &Path,
+    work: &Path,
+    store: StoreKind,
+    database: Option<&postgres::Database>,
+    standard_ports: bool,
+) -> Result<(Serving, Target)> {
+    let log = work.join("ironbus.log");
     let port = free_port()?;
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let http = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
-    let standard_ports = suites.iter().any(|suite| suite.name == "mssuite");
     let (https, amqps) = if standard_ports {
         (standard_port(MSSUITE_HTTPS_PORT)?, standard_port(MSSUITE_AMQPS_PORT)?)
     } else {
@@ -243,10 +335,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     };
     let https = SocketAddr::from((Ipv4Addr::LOCALHOST, https));
     let amqps = SocketAddr::from((Ipv4Addr::LOCALHOST, amqps));
-    let data_dir = work.path.join("data");
-    let database = postgres::start_for(store)?;
+    let data_dir = work.join("data");
 
-    let mut command = Command::new(&binary);
+    let mut command = Command::new(binary);
     command
         .arg("--amqp-addr")
         .arg(addr.to_string())
@@ -258,12 +349,10 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         .arg(amqps.to_string())
         .arg("--data-dir")
         .arg(&data_dir)
-        // Lets the admin tests make a partition unavailable (POST /$ironbus/faults); the
-        // server is built with the feature that has it (SERVER_FEATURES).
-        .arg("--testing-fault-injection")
+        .args(TESTING_FLAGS)
         .arg("--config")
-        .arg(&config)
-        .args(postgres::server_args(store, database.as_ref())?);
+        .arg(config)
+        .args(postgres::server_args(store, database)?);
     let mut server = Server::start(command, &log)?;
     for listening in [addr, http, https, amqps] {
         server.wait_until_listening(listening, READY_TIMEOUT)?;
@@ -273,41 +362,20 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         admin_connection_string: admin_connection_string(https.port()),
         tls_connection_string: tls_connection_string(amqps.port()),
         http_url: format!("http://{http}"),
+        http_urls: vec![format!("http://{http}")],
         ca_cert: data_dir.join("tls").join("ca.pem"),
     };
     eprintln!(
         "xtask: server listening on {addr}, amqps {amqps}, http {http}, https {https}; log: {}",
         log.display()
     );
-
-    let mut failed = Vec::new();
-    for suite in &suites {
-        eprintln!("xtask: compat suite `{}`", suite.name);
-        match run_suite(suite, &target, runner_args) {
-            Ok(true) => eprintln!("xtask: compat suite `{}` passed", suite.name),
-            Ok(false) => failed.push(suite.name),
-            Err(err) => {
-                eprintln!("xtask: compat suite `{}`: {err:#}", suite.name);
-                failed.push(suite.name);
-            }
-        }
-    }
-    if let Some(status) = server.exited()? {
-        eprintln!("xtask: the server exited during the suites ({status})");
-        failed.push("server");
-    }
-    server.stop();
-    drop(database);
-
-    if failed.is_empty() {
-        work.remove();
-        eprintln!("xtask: compat passed ({}; store {})", names(&suites), store.name());
-        return Ok(());
-    }
-    eprintln!("{}", log_tail(&log, LOG_TAIL_LINES));
-    eprintln!("xtask: kept config and server log in {}", work.path.display());
-    bail!("compat failed: {}", failed.join(", "))
+    Ok((Serving::One { server, log }, target))
 }
+
+/// The server flags the suites need: `--testing-fault-injection`, with which the admin tests
+/// make a partition unavailable (`POST /$ironbus/faults`); the server is built with the feature
+/// that has it ([`SERVER_FEATURES`]).
+const TESTING_FLAGS: &[&str] = &["--testing-fault-injection"];
 
 fn names(suites: &[&Suite]) -> String {
     suites.iter().map(|suite| suite.name).collect::<Vec<_>>().join(", ")
@@ -330,6 +398,9 @@ struct Target {
     tls_connection_string: String,
     /// The plain HTTP listener: REST, /health, /metrics, faults (`IRONBUS_HTTP_URL`).
     http_url: String,
+    /// Every server's plain HTTP listener, `http_url` among them (`IRONBUS_HTTP_URLS`, joined
+    /// by spaces): a fault is injected on the node that runs the partition.
+    http_urls: Vec<String>,
     /// The development CA the HTTPS listener's certificate chains to (`IRONBUS_CA_CERT`, and
     /// `NODE_EXTRA_CA_CERTS` for node).
     ca_cert: PathBuf,
@@ -561,6 +632,7 @@ fn run_suite(suite: &Suite, target: &Target, runner_args: &[String]) -> Result<b
         .env("IRONBUS_ADMIN_CONNECTION_STRING", &target.admin_connection_string)
         .env("IRONBUS_TLS_CONNECTION_STRING", &target.tls_connection_string)
         .env("IRONBUS_HTTP_URL", &target.http_url)
+        .env("IRONBUS_HTTP_URLS", target.http_urls.join(" "))
         .env("IRONBUS_CA_CERT", &target.ca_cert)
         .env("IRONBUS_POLICIES", policies_env())
         .env("NODE_EXTRA_CA_CERTS", &target.ca_cert);
@@ -603,13 +675,6 @@ fn read(path: &Path) -> Result<String> {
     fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
-/// A free TCP port on the loopback interface: bind port 0, read the port, close.
-pub(crate) fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .context("binding 127.0.0.1:0 for a free port")?;
-    Ok(listener.local_addr().context("reading the bound address")?.port())
-}
-
 /// `port` on the loopback interface, after checking that nothing listens there (the readiness
 /// check would otherwise find the other listener).
 fn standard_port(port: u16) -> Result<u16> {
@@ -619,152 +684,11 @@ fn standard_port(port: u16) -> Result<u16> {
     Ok(port)
 }
 
-/// Waits for `child` to exit, at most `timeout`; kills it after that (`Ok(None)`).
-pub(crate) fn wait_at_most(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().context("waiting for a child process")? {
-            return Ok(Some(status));
-        }
-        if Instant::now() >= deadline {
-            // Already exited in between is fine: kill only fails then.
-            let _ = child.kill();
-            let _ = child.wait();
-            return Ok(None);
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// The server process. Dropping it stops the process (SIGTERM, then SIGKILL).
-#[derive(Debug)]
-pub(crate) struct Server {
-    pub(crate) child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Server {
-    /// Starts `command` with stdout and stderr appended to `log`.
-    pub(crate) fn start(mut command: Command, log: &Path) -> Result<Server> {
-        let out = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        let err = out.try_clone().context("sharing the log file")?;
-        command.stdin(Stdio::null()).stdout(out).stderr(err);
-        eprintln!("$ {} > {} 2>&1", shown(&command), log.display());
-        let child =
-            command.spawn().with_context(|| format!("could not start `{}`", shown(&command)))?;
-        Ok(Server { child: Some(child), log: log.to_owned() })
-    }
-
-    /// Waits until `addr` accepts TCP connections; fails if the process exits first or `timeout`
-    /// passes, showing the log.
-    pub(crate) fn wait_until_listening(
-        &mut self,
-        addr: SocketAddr,
-        timeout: Duration,
-    ) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.exited()? {
-                bail!(
-                    "the server exited before listening on {addr} ({status})\n{}",
-                    log_tail(&self.log, LOG_TAIL_LINES)
-                );
-            }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(250)).is_ok() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "the server did not listen on {addr} within {timeout:?}\n{}",
-                    log_tail(&self.log, LOG_TAIL_LINES)
-                );
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// The exit status, if the process has exited.
-    pub(crate) fn exited(&mut self) -> Result<Option<ExitStatus>> {
-        match &mut self.child {
-            Some(child) => child.try_wait().context("checking on the server process"),
-            None => Ok(None),
-        }
-    }
-
-    /// Stops the process: SIGTERM (graceful shutdown), then SIGKILL after [`STOP_TIMEOUT`].
-    pub(crate) fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else { return };
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        let terminated = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success());
-        if terminated {
-            let deadline = Instant::now() + STOP_TIMEOUT;
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                thread::sleep(Duration::from_millis(50));
-            }
-            eprintln!(
-                "xtask: the server did not stop within {STOP_TIMEOUT:?} of SIGTERM: killing it"
-            );
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// The last `lines` lines of the log, framed, for failure reports.
-pub(crate) fn log_tail(log: &Path, lines: usize) -> String {
-    let Ok(file) = fs::File::open(log) else {
-        return format!("(no server log at {})", log.display());
-    };
-    let all: Vec<String> = BufReader::new(file).lines().map_while(Result::ok).collect();
-    let start = all.len().saturating_sub(lines);
-    format!(
-        "---- server log {} (last {} of {} lines) ----\n{}\n---- end of server log ----",
-        log.display(),
-        all.len() - start,
-        all.len(),
-        all[start..].join("\n")
-    )
-}
-
-/// A fresh directory under the system temp dir for the config and the server log (and, for the
-/// crash test, the data directory).
-#[derive(Debug)]
-pub(crate) struct WorkDir {
-    pub(crate) path: PathBuf,
-}
-
-impl WorkDir {
-    /// `ironbus-<task>-<pid>-<nanos>` under the temp dir.
-    pub(crate) fn create(task: &str) -> Result<WorkDir> {
-        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-        let path = env::temp_dir().join(format!("ironbus-{task}-{}-{nanos}", std::process::id()));
-        fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(WorkDir { path })
-    }
-
-    /// Removes the directory (after a successful run; failures keep it for inspection).
-    pub(crate) fn remove(self) {
-        let _ = fs::remove_dir_all(&self.path);
-    }
-}
-
+mod cluster;
+mod process;
 #[cfg(test)]
 mod tests;
 mod venv;
 
+pub(crate) use process::{free_port, log_tail, wait_at_most, Server, WorkDir, LOG_TAIL_LINES};
 pub(crate) use venv::python_sdk;

@@ -86,9 +86,10 @@ tasks:
     bench renew         the sync Python SDK renewing 300 message locks from 1, 2 and 5 threads
                         of one receiver (the AutoLockRenewer's load), ironbus revisions in
                         alternating rounds; env REVS, THREADS, MESSAGES, ROUNDS, OUT
-    compat [SUITE] [--store rocksdb|postgres] [-- ARGS]
+    compat [SUITE] [--store rocksdb|postgres] [--cluster] [-- ARGS]
                         run the SDK compatibility suites (python, js, rust; default all) against a
-                        fresh ironbus; ARGS go to the suite's runner; `compat config` prints
+                        fresh ironbus (--cluster: 3 nodes on PostgreSQL, the clients spread over
+                        them); ARGS go to the suite's runner; `compat config` prints
                         the generated entity config; `compat mssuite` (never in all) runs
                         Microsoft's own azure-servicebus test suite (compat/mssuite).
                         --store postgres (default rocksdb): the server runs on a throwaway

@@ -164,3 +164,17 @@ export function httpUrl() {
   if (!value) throw new Error("IRONBUS_HTTP_URL is not set: run `cargo xtask compat js`");
   return value.replace(/\/+$/, "");
 }
+
+/**
+ * Every server's plain HTTP listener, `httpUrl()` first: one server, or every node of a cluster
+ * (IRONBUS_HTTP_URLS, separated by spaces). A fault is injected where the partition runs, and a
+ * metric counted there.
+ */
+export function httpUrls() {
+  const first = httpUrl();
+  const others = (process.env.IRONBUS_HTTP_URLS ?? "")
+    .split(/\s+/)
+    .filter((url) => url !== "")
+    .map((url) => url.replace(/\/+$/, ""));
+  return [first, ...others.filter((url) => url !== first)];
+}

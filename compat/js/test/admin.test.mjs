@@ -15,6 +15,7 @@ import {
   TEST_TIMEOUT_MS,
   adminConnectionString,
   httpUrl,
+  httpUrls,
   sleep,
   withClient,
 } from "../lib/env.mjs";
@@ -107,10 +108,13 @@ test("limited status while a partition is unavailable", opts, async () => {
   const name = fresh("limited");
   await client.createQueue(name, { enablePartitioning: true });
   assert.equal((await client.getQueue(name)).availabilityStatus, "Available");
+  // On every server: in a cluster only the node that runs the partition holds its store.
   const fault = async (available) => {
-    const url = `${httpUrl()}/$ironbus/faults?entity=${name}&partition=5&available=${available}`;
-    const response = await fetch(url, { method: "POST" });
-    assert.equal(response.status, 200, await response.text());
+    for (const base of httpUrls()) {
+      const url = `${base}/$ironbus/faults?entity=${name}&partition=5&available=${available}`;
+      const response = await fetch(url, { method: "POST" });
+      assert.equal(response.status, 200, await response.text());
+    }
   };
   await fault(false);
   try {

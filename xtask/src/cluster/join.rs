@@ -20,7 +20,7 @@ use std::{
 
 use anyhow::{bail, Result};
 
-use super::nodes::{Nodes, Placement};
+use super::nodes::Placement;
 use super::{progress, verdict, Options, Outcome, Rig, PARTITIONS, QUEUE, READY_TIMEOUT};
 use crate::rig::SplitMix64;
 
@@ -117,7 +117,7 @@ fn settle(rig: &mut Rig, wanted: impl Fn(&Placement) -> bool) -> Result<Option<P
     let started = Instant::now();
     while started.elapsed() < SETTLE_TIMEOUT {
         rig.check_running()?;
-        if let Some(placement) = agreed(&rig.nodes) {
+        if let Some(placement) = rig.nodes.agreed().and_then(|mut all| all.remove(QUEUE)) {
             if placement.settled() && wanted(&placement) {
                 return Ok(Some(placement));
             }
@@ -125,13 +125,6 @@ fn settle(rig: &mut Rig, wanted: impl Fn(&Placement) -> bool) -> Result<Option<P
         thread::sleep(Duration::from_millis(100));
     }
     Ok(None)
-}
-
-/// The placement every running node reports, if they all report the same.
-fn agreed(nodes: &Nodes) -> Option<Placement> {
-    let mut views = nodes.running().into_iter().map(|index| nodes.placement(index, QUEUE));
-    let first = views.next()??;
-    views.all(|view| view.as_ref() == Some(&first)).then_some(first)
 }
 
 fn pause(rig: &mut Rig, wait: Duration) -> Result<()> {

@@ -3,8 +3,13 @@
 //! per start: `ironbus-<incarnation>.log`), all on the same PostgreSQL and secret.
 //!
 //! A node keeps its ports and id across restarts. `/health` over plain HTTP says when it is up.
+//!
+//! `cargo xtask compat --cluster` starts its nodes here too, with TLS listeners
+//! ([`Nodes::serve_tls`]: AMQPS and HTTPS, one certificate for all) and flags of its own
+//! ([`Nodes::extra_args`]).
 
 use std::{
+    collections::BTreeMap,
     fs,
     io::{Read, Write},
     net::{Ipv4Addr, SocketAddr, TcpStream},
@@ -26,6 +31,8 @@ struct Node {
     amqp: SocketAddr,
     http: SocketAddr,
     link: SocketAddr,
+    /// AMQPS and HTTPS, when the nodes serve TLS.
+    tls: Option<(SocketAddr, SocketAddr)>,
     dir: PathBuf,
     /// Its own `--postgres-url`, instead of the one every node shares.
     postgres_url: Option<String>,
@@ -52,8 +59,11 @@ pub(crate) struct Nodes {
     lease_ms: u64,
     /// False: plain servers (no `--cluster`), for a one-node baseline.
     clustered: bool,
-    /// More arguments for every node (`cargo xtask bench cluster`: `--stores N`).
+    /// More arguments for every node, after the others (`cargo xtask bench cluster`:
+    /// `--stores N`; `cargo xtask compat --cluster`).
     extra_args: Vec<String>,
+    /// Nodes declared from now on listen for AMQPS and HTTPS too ([`Nodes::serve_tls`]).
+    tls: bool,
     nodes: Vec<Node>,
 }
 
@@ -75,29 +85,45 @@ impl Nodes {
             lease_ms,
             clustered,
             extra_args: Vec::new(),
+            tls: false,
             nodes: Vec::new(),
         }
     }
 
-    /// Gives every node started from now on `args` as well.
+    /// Gives every node started from now on `args` as well (after the others).
     pub(crate) fn add_args(&mut self, args: &[&str]) {
         self.extra_args.extend(args.iter().map(|arg| (*arg).to_owned()));
+    }
+
+    /// Nodes declared from now on also serve AMQPS and HTTPS, all with the certificate of the
+    /// first node: its development certificate, generated under its data directory when it
+    /// starts (start it first: [`Nodes::tls_dir`]). The others get it as `--tls-cert`/`--tls-key`.
+    pub(crate) fn serve_tls(&mut self) {
+        self.tls = true;
+    }
+
+    /// Where the first node keeps the development certificate every TLS listener serves
+    /// (`ca.pem`, the CA clients trust; `cert.pem`, `key.pem`).
+    pub(crate) fn tls_dir(&self) -> PathBuf {
+        self.work.join(node_id(0)).join("data").join("tls")
     }
 
     /// Declares one more node (not started): its id, ports and directory. Returns its index.
     pub(crate) fn add(&mut self) -> Result<usize> {
         let index = self.nodes.len();
-        let id = format!("node-{}", index + 1);
+        let id = node_id(index);
         let dir = self.work.join(&id);
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let port = || compat::free_port().map(|port| SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
         let (amqp, http, link) = (port()?, port()?, port()?);
+        let tls = if self.tls { Some((port()?, port()?)) } else { None };
         let postgres_url = None;
         self.nodes.push(Node {
             id,
             amqp,
             http,
             link,
+            tls,
             dir,
             postgres_url,
             incarnation: 0,
@@ -140,6 +166,16 @@ impl Nodes {
         node.log(node.incarnation.saturating_sub(1))
     }
 
+    /// The plain HTTP listener: REST, `/health`, `/metrics`.
+    pub(crate) fn http(&self, index: usize) -> SocketAddr {
+        self.nodes[index].http
+    }
+
+    /// The AMQPS and HTTPS listeners, when the node serves TLS.
+    pub(crate) fn tls(&self, index: usize) -> Option<(SocketAddr, SocketAddr)> {
+        self.nodes[index].tls
+    }
+
     fn command(&self, node: &Node) -> Command {
         let url = node.postgres_url.as_deref().unwrap_or(&self.postgres_url);
         let mut command = Command::new(&self.binary);
@@ -149,12 +185,24 @@ impl Nodes {
             .arg(node.dir.join("data"))
             .arg("--amqp-addr")
             .arg(node.amqp.to_string())
-            .args(["--amqps-addr", "off"])
             .arg("--http-addr")
             .arg(node.http.to_string())
-            .args(["--https-addr", "off"])
             .arg("--config")
             .arg(&self.config);
+        match node.tls {
+            Some((amqps, https)) => {
+                command.arg("--amqps-addr").arg(amqps.to_string());
+                command.arg("--https-addr").arg(https.to_string());
+                if node.id != node_id(0) {
+                    let dir = self.tls_dir();
+                    command.arg("--tls-cert").arg(dir.join("cert.pem"));
+                    command.arg("--tls-key").arg(dir.join("key.pem"));
+                }
+            }
+            None => {
+                command.args(["--amqps-addr", "off", "--https-addr", "off"]);
+            }
+        }
         if self.clustered {
             command
                 .args(["--cluster", "--node-id", &node.id])
@@ -215,6 +263,17 @@ impl Nodes {
         parse_placement(&body, entity)
     }
 
+    /// Where every partition of every entity runs, if every running node's `/health` says the
+    /// same (`None`: they differ, or one did not answer).
+    pub(crate) fn agreed(&self) -> Option<BTreeMap<String, Placement>> {
+        let mut views = self.running().into_iter().map(|index| {
+            let (_, body) = health(self.nodes[index].http)?;
+            parse_placements(&body)
+        });
+        let first = views.next()??;
+        views.all(|view| view.as_ref() == Some(&first)).then_some(first)
+    }
+
     /// SIGKILLs node `index` and waits for it to exit.
     pub(super) fn kill(&mut self, index: usize) -> Result<()> {
         let node = &mut self.nodes[index];
@@ -235,7 +294,7 @@ impl Nodes {
     }
 
     /// Fails when a node that should run has exited.
-    pub(super) fn check_running(&mut self) -> Result<()> {
+    pub(crate) fn check_running(&mut self) -> Result<()> {
         for node in &mut self.nodes {
             if let Some(server) = node.server.as_mut() {
                 if let Some(status) = server.exited()? {
@@ -247,10 +306,15 @@ impl Nodes {
     }
 
     /// Every node's latest log.
-    pub(super) fn latest_logs(&self) -> Vec<PathBuf> {
+    pub(crate) fn latest_logs(&self) -> Vec<PathBuf> {
         let started = self.nodes.iter().filter(|node| node.incarnation > 0);
         started.map(|node| node.log(node.incarnation - 1)).collect()
     }
+}
+
+/// The id of the node declared `index`-th: `node-<index + 1>`.
+fn node_id(index: usize) -> String {
+    format!("node-{}", index + 1)
 }
 
 /// `GET /health` at `addr` over plain HTTP/1.0: the status code and the body, or `None` when the
@@ -268,7 +332,7 @@ pub(super) fn health(addr: SocketAddr) -> Option<(u16, String)> {
 
 /// Where the partitions of an entity run: for each partition in order, its owner's node id
 /// (`None`: no node runs it) and whether it is available.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Placement(pub(crate) Vec<(Option<String>, bool)>);
 
 impl Placement {
@@ -287,20 +351,26 @@ impl Placement {
 /// The placement of `entity` in a cluster node's `/health` body (`partitions`: objects with
 /// `entity`, `partition`, `owner`, `available`).
 fn parse_placement(body: &str, entity: &str) -> Option<Placement> {
+    Some(parse_placements(body)?.remove(entity).unwrap_or_default())
+}
+
+/// The placement of every entity in a cluster node's `/health` body, by entity name.
+fn parse_placements(body: &str) -> Option<BTreeMap<String, Placement>> {
     let health: serde_json::Value = serde_json::from_str(body).ok()?;
-    let mut partitions: Vec<(u64, Option<String>, bool)> = health["partitions"]
+    let mut partitions: Vec<(&str, u64, Option<String>, bool)> = health["partitions"]
         .as_array()?
         .iter()
-        .filter(|p| p["entity"] == entity)
         .filter_map(|p| {
             let owner = p["owner"].as_str().map(str::to_owned);
-            Some((p["partition"].as_u64()?, owner, p["available"] == true))
+            Some((p["entity"].as_str()?, p["partition"].as_u64()?, owner, p["available"] == true))
         })
         .collect();
-    partitions.sort_by_key(|(partition, _, _)| *partition);
-    Some(Placement(
-        partitions.into_iter().map(|(_, owner, available)| (owner, available)).collect(),
-    ))
+    partitions.sort_by_key(|(entity, partition, _, _)| (*entity, *partition));
+    let mut placements = BTreeMap::<String, Placement>::new();
+    for (entity, _, owner, available) in partitions {
+        placements.entry(entity.to_owned()).or_default().0.push((owner, available));
+    }
+    Some(placements)
 }
 
 /// The status code and body of an HTTP/1.x response.
@@ -336,6 +406,31 @@ mod tests {
         assert!(Placement(vec![(Some("a".into()), true)]).settled());
         assert!(!Placement(vec![]).settled());
         assert_eq!(parse_placement(r#"{"status":"Available"}"#, "cluster"), None);
+        let all = parse_placements(body).unwrap();
+        assert_eq!(all.keys().collect::<Vec<_>>(), ["cluster", "other"]);
+        assert_eq!(all["other"].of("node-1"), [0]);
+    }
+
+    #[test]
+    fn tls_nodes_serve_the_first_nodes_certificate_with_the_extra_flags() {
+        let work = std::env::temp_dir().join(format!("xtask-tls-nodes-{}", std::process::id()));
+        let config = work.join("config.json");
+        let mut nodes = Nodes::new(Path::new("ironbus"), &config, &work, String::new(), 3000, true);
+        nodes.serve_tls();
+        nodes.add_args(&["--testing-fault-injection"]);
+        let (a, b) = (nodes.add().unwrap(), nodes.add().unwrap());
+        let (amqps, https) = nodes.tls(b).unwrap();
+        let second = compat::shown(&nodes.command(&nodes.nodes[b]));
+        let cert = nodes.tls_dir().join("cert.pem");
+        for expected in [
+            format!("--amqps-addr {amqps} --https-addr {https} --tls-cert {}", cert.display()),
+            "--testing-fault-injection".to_owned(),
+        ] {
+            assert!(second.contains(&expected), "{second} lacks {expected}");
+        }
+        let first = compat::shown(&nodes.command(&nodes.nodes[a]));
+        assert!(!first.contains("--tls-cert") && !first.contains("--amqps-addr off"), "{first}");
+        fs::remove_dir_all(&work).unwrap();
     }
 
     #[test]
