@@ -8,7 +8,7 @@
 //! DELETE) or the body describes (PUT): create 201, conflict 409, update with `If-Match: *`
 //! 200, delete 200, paged lists.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
@@ -481,43 +481,57 @@ impl App {
         Ok(xml(StatusCode::OK, atom::FEED_CONTENT_TYPE, body))
     }
 
-    /// 200 when every partition of every entity is available, else 503; the JSON body lists the
+    /// 200 when every partition of every entity is available, else 503 (a cluster node waits
+    /// at most [`CLUSTER_HEALTH_WAIT`] per entity for the partitions' owners to answer, and
+    /// takes its own view of those that do not); the JSON body lists the
     /// entities whose status is limited and their unavailable partitions.
     async fn health(&self) -> Response {
-        let mut limited = Vec::new();
         let mut entities = 0usize;
         let cluster = self.config.node_id.is_some();
+        let mut unavailable: BTreeMap<String, BTreeSet<u16>> = BTreeMap::new();
+        // A cluster node's view of every partition (kept current by the other nodes' reports)
+        // stands for an entity whose partitions do not all answer in time.
+        let mut view: BTreeMap<String, BTreeSet<u16>> = BTreeMap::new();
         if cluster {
-            // A cluster node answers from its view of every partition (kept current by the
-            // other nodes' reports), without asking a node that may not answer.
-            let mut unavailable: BTreeMap<String, Vec<u16>> = BTreeMap::new();
             for p in self.broker.placement().into_iter().filter(|p| !p.available) {
-                unavailable.entry(p.entity).or_default().push(p.partition);
-            }
-            for (name, partitions) in unavailable {
-                limited.push(json!({
-                    "name": name,
-                    "status": "Limited",
-                    "unavailable_partitions": partitions,
-                }));
+                view.entry(p.entity).or_default().insert(p.partition);
             }
         }
         if let Ok(queues) = self.broker.list_queues(0, usize::MAX).await {
             entities = queues.len();
-            for info in queues.into_iter().filter(|_| !cluster) {
-                if let Ok(runtime) = self.broker.get_queue_runtime(&info.name).await {
-                    if runtime.availability == Availability::Limited {
-                        let partitions: Vec<u16> =
-                            runtime.unavailable_partitions.iter().map(|p| p.0).collect();
-                        limited.push(json!({
-                            "name": info.name,
-                            "status": "Limited",
-                            "unavailable_partitions": partitions,
-                        }));
+            for info in queues {
+                let runtime = self.broker.get_queue_runtime(&info.name);
+                let runtime = if cluster {
+                    tokio::time::timeout(CLUSTER_HEALTH_WAIT, runtime).await.ok()
+                } else {
+                    Some(runtime.await)
+                };
+                match runtime {
+                    Some(Ok(runtime)) => {
+                        if runtime.availability == Availability::Limited {
+                            let partitions = runtime.unavailable_partitions.iter().map(|p| p.0);
+                            unavailable.entry(info.name.clone()).or_default().extend(partitions);
+                        }
+                    }
+                    Some(Err(_)) => {}
+                    None => {
+                        if let Some(partitions) = view.remove(&info.name) {
+                            unavailable.insert(info.name.clone(), partitions);
+                        }
                     }
                 }
             }
         }
+        let limited: Vec<_> = unavailable
+            .into_iter()
+            .map(|(name, partitions)| {
+                json!({
+                    "name": name,
+                    "status": "Limited",
+                    "unavailable_partitions": partitions,
+                })
+            })
+            .collect();
         let status =
             if limited.is_empty() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
         let mut body = json!({
@@ -555,6 +569,9 @@ impl App {
         response
     }
 }
+
+/// How long a cluster node's `/health` waits for an entity's partitions to answer.
+const CLUSTER_HEALTH_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One page of a listing: `$skip` (default 0) and `$top` (default 100, at most 1000) from the
 /// query, the same for queues, topics, subscriptions and rules.
