@@ -65,7 +65,7 @@ use crate::metrics as m;
 use crate::partition::{Command, TransferId};
 use crate::receiver::Receiver;
 use crate::router;
-use crate::types::{LockToken, PartitionId, ReceiveMode, SubQueue};
+use crate::types::{LockToken, PartitionId, ReceiveMode, SubQueue, Timestamp};
 
 /// Service Bus's refusal of a receiver (or a peek) on an entity that forwards its messages.
 pub(crate) const FORWARDING_RECEIVER: &str =
@@ -84,9 +84,23 @@ const BATCH: u32 = 256;
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
-/// Transfers completed at their source, by destination partition: those partitions may forget
-/// them.
-type Forgets = HashMap<(EntityPath, PartitionId), Vec<TransferId>>;
+/// Transfers completed at their source, by destination partition, with when: those partitions
+/// may forget them (in a cluster only after [`FORGET_GRACE`]).
+type Forgets = HashMap<(EntityPath, PartitionId), Vec<(Timestamp, TransferId)>>;
+
+/// How long a cluster node waits after a transfer's completion before its destination may
+/// forget it. A source partition that moved may still have the previous owner's forwarder
+/// sending that transfer (a call under way, or waiting on a route for an owner): the
+/// destination must still know it then, or it would store it twice. Those waits are bounded
+/// (a link call's time-out, a route's wait), far below this.
+const FORGET_GRACE: Duration = Duration::from_secs(60);
+
+/// The ids of `list` completed before `due`, taken out of it.
+fn take_due(list: &mut Vec<(Timestamp, TransferId)>, due: Timestamp) -> Vec<TransferId> {
+    let (ready, wait): (Vec<_>, Vec<_>) = list.drain(..).partition(|(at, _)| *at <= due);
+    *list = wait;
+    ready.into_iter().map(|(_, id)| id).collect()
+}
 
 /// Transfers going one way: their places in the caller's list, and the transfers.
 type Group<M> = (Vec<usize>, Vec<(TransferId, M)>);
@@ -225,6 +239,16 @@ impl Broker {
     /// Starts the entity's forwarder if it has a forwarding rule and none runs. A forwarder
     /// runs until its entity is deleted or the broker shuts down; while the entity has no
     /// rule it idles (its transfer queue is empty).
+    /// Transfers completed at or before this time may be forgotten by their destinations now.
+    fn forget_due(&self) -> Timestamp {
+        let now = self.inner.clock.now();
+        if self.inner.cluster {
+            Timestamp::from_millis(now.as_millis().saturating_sub(FORGET_GRACE.as_millis() as i64))
+        } else {
+            now
+        }
+    }
+
     pub(crate) fn ensure_forwarder(&self, entity: &Arc<EntityHandle>) {
         match entity.kind {
             EntityKind::Queue | EntityKind::Subscription => {}
@@ -327,8 +351,11 @@ impl Broker {
             let handle = entity.partition(partition).expect("router stays within the entity");
             // What this partition may forget goes with the next transfers to it (usually in
             // the same cycle, so in the same write).
-            if let Some(ids) = forget.remove(&(destination.clone(), partition)) {
-                handle.send(Command::ForgetTransfers(ids));
+            if let Some(list) = forget.get_mut(&(destination.clone(), partition)) {
+                let ids = take_due(list, self.forget_due());
+                if !ids.is_empty() {
+                    handle.send(Command::ForgetTransfers(ids));
+                }
             }
             asked.push((
                 partition,
@@ -497,13 +524,19 @@ impl Forwarder {
 
     /// Tells every destination partition what it may forget now.
     fn flush_forgets(&mut self) {
-        for ((destination, partition), ids) in self.forget.drain() {
-            if let Ok(entity) = self.broker.entity(&destination) {
-                if let Some(handle) = entity.partition(partition) {
+        let due = self.broker.forget_due();
+        for ((destination, partition), list) in self.forget.iter_mut() {
+            let ids = take_due(list, due);
+            if ids.is_empty() {
+                continue;
+            }
+            if let Ok(entity) = self.broker.entity(destination) {
+                if let Some(handle) = entity.partition(*partition) {
                     handle.send(Command::ForgetTransfers(ids));
                 }
             }
         }
+        self.forget.retain(|_, list| !list.is_empty());
     }
 
     /// Forwards one batch. False if some of it has to wait.
@@ -612,7 +645,8 @@ impl Forwarder {
         for (destination, partition, place, id) in stored {
             if outcomes.get(place).is_some_and(|o| o.is_ok()) {
                 forwarded += 1;
-                self.forget.entry((destination, partition)).or_default().push(id);
+                let now = self.broker.clock().now();
+                self.forget.entry((destination, partition)).or_default().push((now, id));
             }
         }
         metrics::counter!(m::FORWARD_MESSAGES_TOTAL).increment(forwarded);
