@@ -17,6 +17,11 @@
 //! check that every partition accepts a send through every node.
 //!
 //! Scenarios:
+//! - `kill --load queue|forward|transaction`: as `kill`, plus the crash driver `ironbus-crash`
+//!   (`cargo xtask crash --scenario …`'s, same queues and flags from [`rig`]) with its workers
+//!   spread over every node; after the kills it is stopped and must report nothing lost,
+//!   duplicated, unknown or unpaired. The per-kill probes stay the Python driver's (which keeps
+//!   its own load on `cluster`, judged as usual).
 //! - `kill` (the default, [`kill`]): `--kills` times, after about `--interval` seconds
 //!   (±25 %, seeded), SIGKILL a random node, ask the driver to probe every partition through a
 //!   surviving node, restart the killed node (alternately 2 s after the kill, before its lease
@@ -99,7 +104,7 @@ const STANDBY: &str = "standby1";
 const SERVER_ENV: &str = "IRONBUS_CLUSTER_SERVER";
 
 const USAGE: &str = "usage: cargo xtask cluster [--scenario kill|join|cutoff|store-failover] \
-                     [--nodes N] [--kills K] [--interval SECONDS] [--bound SECONDS] \
+                     [--load python|queue|forward|transaction] [--nodes N] [--kills K] [--interval SECONDS] [--bound SECONDS] \
                      [--lease-ms MS] [--restart-after SECONDS] [--producers P] [--consumers C] \
                      [--rate R] [--seed S] [--cut refuse|black-hole] \
                      [--timeout SECONDS] [-- DRIVER-ARGS]";
@@ -142,6 +147,9 @@ impl Scenario {
 #[derive(Debug, Clone, PartialEq)]
 struct Options {
     scenario: Scenario,
+    /// `python` (the Python driver alone) or a crash driver scenario ([`rig::CRASH_SCENARIOS`])
+    /// beside it (`kill` only).
+    load: String,
     nodes: usize,
     kills: u32,
     /// The mean wait before each kill.
@@ -167,6 +175,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             scenario: Scenario::Kill,
+            load: "python".to_owned(),
             nodes: 3,
             kills: 5,
             interval: Duration::from_secs(20),
@@ -192,6 +201,11 @@ impl Options {
     fn consumers(&self) -> usize {
         self.consumers.unwrap_or(self.nodes)
     }
+
+    /// The crash driver's scenario, when `--load` asks for it.
+    fn crash_load(&self) -> Option<&str> {
+        Some(self.load.as_str()).filter(|load| *load != "python")
+    }
 }
 
 fn parse(args: &[String]) -> Result<Options> {
@@ -205,6 +219,13 @@ fn parse(args: &[String]) -> Result<Options> {
     options.driver_args = rig::walk_flags(args, |flag, value| {
         match flag {
             "--scenario" => options.scenario = Scenario::parse(&value()?)?,
+            "--load" => {
+                let load = value()?;
+                if load != "python" && !rig::CRASH_SCENARIOS.contains(&load.as_str()) {
+                    bail!("--load must be python, queue, forward or transaction, got `{load}`");
+                }
+                options.load = load;
+            }
             "--nodes" => options.nodes = number(flag, &value()?, 1)?,
             "--kills" => options.kills = number(flag, &value()?, 0)?,
             "--interval" => options.interval = seconds(flag, value()?)?,
@@ -234,6 +255,9 @@ fn parse(args: &[String]) -> Result<Options> {
         }
         Ok(())
     })?;
+    if options.crash_load().is_some() && options.scenario != Scenario::Kill {
+        bail!("--load {} needs --scenario kill", options.load);
+    }
     Ok(options)
 }
 
@@ -246,19 +270,14 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         options.scenario.name(),
         options.nodes
     ));
-    let server = match env::var_os(SERVER_ENV) {
-        Some(path) => {
-            progress(&format!("{SERVER_ENV} is set: running {}", Path::new(&path).display()));
-            PathBuf::from(path)
-        }
-        None => compat::build_release(&["ironbus"], &["ironbus"])?.remove(0),
-    };
+    let (server, crash_driver) = binaries(&options)?;
     let python = compat::python_sdk()?;
     driver::check_ledger(&python)?;
 
     let work = WorkDir::create("cluster")?;
     let outcome = (|| -> Result<Outcome> {
         let mut rig = Rig::start(&server, &python, &work.path, &options)?;
+        rig.crash_driver = crash_driver;
         let outcome = match options.scenario {
             Scenario::Kill => kill::run(&mut rig, &options, seed),
             Scenario::Join => join::run(&mut rig, &options, seed),
@@ -289,6 +308,34 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
     progress(&format!("kept the work directory {}", work.path.display()));
     bail!("cluster {} failed: {}", options.scenario.name(), outcome.failures.join("; "))
+}
+
+/// The server's executable (built unless [`SERVER_ENV`] names one) and, for a crash `--load`,
+/// the crash driver's (built).
+fn binaries(options: &Options) -> Result<(PathBuf, Option<PathBuf>)> {
+    let given = env::var_os(SERVER_ENV).map(PathBuf::from);
+    if let Some(path) = &given {
+        progress(&format!("{SERVER_ENV} is set: running {}", path.display()));
+    }
+    let mut wanted = Vec::new();
+    if given.is_none() {
+        wanted.push(("ironbus", "ironbus"));
+    }
+    if options.crash_load().is_some() {
+        wanted.push(("ironbus-bench", "ironbus-crash"));
+    }
+    let packages: Vec<&str> = wanted.iter().map(|(package, _)| *package).collect();
+    let names: Vec<&str> = wanted.iter().map(|(_, binary)| *binary).collect();
+    let mut built = match wanted.is_empty() {
+        true => Vec::new(),
+        false => compat::build_release(&packages, &names)?,
+    }
+    .into_iter();
+    let server = match given {
+        Some(path) => path,
+        None => built.next().context("no server executable was built")?,
+    };
+    Ok((server, built.next()))
 }
 
 /// What a scenario found: empty `failures` passes.
@@ -375,6 +422,10 @@ struct Rig {
     nodes: Nodes,
     store: Store,
     deadline: Instant,
+    /// The work directory.
+    work: PathBuf,
+    /// `ironbus-crash`, for a crash `--load`.
+    crash_driver: Option<PathBuf>,
 }
 
 impl Rig {
@@ -388,7 +439,11 @@ impl Rig {
             forward_to: "",
             lock_secs: LOCK_DURATION_SECS,
         };
-        let text = serde_json::to_string_pretty(&rig::config_json(&[queue]))
+        let mut queues = vec![queue];
+        if let Some(load) = options.crash_load() {
+            queues.extend(rig::crash_queues(load));
+        }
+        let text = serde_json::to_string_pretty(&rig::config_json(&queues))
             .context("encoding the config")?;
         std::fs::write(&config, text + "\n")
             .with_context(|| format!("writing {}", config.display()))?;
@@ -408,7 +463,8 @@ impl Rig {
         }
         let endpoints: Vec<String> = (0..nodes.len()).map(|i| nodes.amqp(i).to_string()).collect();
         let driver = Driver::start(python, work, &endpoints, options)?;
-        let mut rig = Rig { driver, nodes, store, deadline };
+        let mut rig =
+            Rig { driver, nodes, store, deadline, work: work.to_owned(), crash_driver: None };
         for index in 0..rig.nodes.len() {
             let probe = rig.probe(index)?;
             match probe.seconds {
@@ -543,6 +599,18 @@ mod tests {
         assert_eq!(options.restart_after, Some(Duration::from_secs(4)));
         assert_eq!((options.producers(), options.consumers(), options.rate), (2, 5, 0.0));
         assert_eq!(options.driver_args, ["--quiet", "3"]);
+    }
+
+    #[test]
+    fn crash_loads_parse_for_kill_only() {
+        assert_eq!(parse(&[]).unwrap().crash_load(), None);
+        for load in rig::CRASH_SCENARIOS {
+            let options = parse(&args(&format!("--load {load}"))).unwrap();
+            assert_eq!(options.crash_load(), Some(load));
+        }
+        assert_eq!(parse(&args("--load python")).unwrap().crash_load(), None);
+        assert!(parse(&args("--load java")).is_err());
+        assert!(parse(&args("--scenario join --load forward")).is_err());
     }
 
     #[test]

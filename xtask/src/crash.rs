@@ -35,16 +35,15 @@
 //! of building `ironbus` and `ironbus-crash` (a build made elsewhere, a stand-in).
 //!
 //! Invariants:
-//! - Neither the server, the driver nor the database outlives the task ([`Server`], [`Driver`]
+//! - Neither the server, the driver nor the database outlives the task ([`Server`], [`CrashDriver`]
 //!   and [`postgres::Database`] stop their processes when dropped).
 //! - The same seed gives the same kill schedule.
 
 use std::{
     env, fs,
-    io::{Read, Write},
     net::{Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
-    process::{Child, ChildStdin, Command, Stdio},
+    process::Command,
     thread,
     time::{Duration, Instant},
 };
@@ -52,19 +51,12 @@ use std::{
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use crate::compat::{self, Server, WorkDir, LOG_TAIL_LINES, SAS_KEY};
+use crate::compat::{self, Server, WorkDir, LOG_TAIL_LINES};
 use crate::postgres::{self, StoreKind};
-use crate::rig::{self, number, time_seed, QueueSpec, SplitMix64};
+use crate::rig::{self, number, time_seed, CrashDriver, SplitMix64};
+#[cfg(test)]
+use crate::rig::{CHAIN, CRASH_QUEUE as QUEUE, OUT};
 
-/// The queue the driver works on (sends to, in the forward scenario).
-const QUEUE: &str = "crash";
-/// The forward scenario: the chain after [`QUEUE`], in order; consumers drain the last one.
-const CHAIN: [&str; 2] = ["crash-mid", "crash-end"];
-/// The transaction scenario: where the workers' derived messages go.
-const OUT: &str = "crash-out";
-/// The queue's lock duration; the driver's drain waits longer than this without deliveries, so
-/// that a completion the broker lost makes the message come back before the verdict.
-const LOCK_DURATION_SECS: u64 = 10;
 /// Shortest and longest wait before each SIGKILL, in milliseconds.
 const KILL_AFTER_MS: (u64, u64) = (500, 3000);
 /// How long the server may take to accept connections after a (re)start (recovery included).
@@ -125,7 +117,7 @@ fn parse(args: &[String]) -> Result<Options> {
             "--store" => options.store = StoreKind::parse(&value()?, &STORES)?,
             "--scenario" => {
                 let scenario = value()?;
-                if !["queue", "forward", "transaction"].contains(&scenario.as_str()) {
+                if !rig::CRASH_SCENARIOS.contains(&scenario.as_str()) {
                     bail!("--scenario must be queue, forward or transaction, got `{scenario}`");
                 }
                 options.scenario = scenario;
@@ -180,7 +172,14 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         eprintln!("xtask: server listening on {addr}; work directory {}", work.path.display());
 
         let driver_log = work.path.join("driver.log");
-        let mut driver = Driver::start(driver_binary, &options, port, &driver_log)?;
+        let mut driver = CrashDriver::start(
+            driver_binary,
+            &[port],
+            &options.scenario,
+            (options.producers as usize, options.consumers as usize),
+            &options.driver_args,
+            &driver_log,
+        )?;
         let mut rng = SplitMix64(seed);
         let mut downtimes = Vec::new();
         for cycle in 1..=options.cycles {
@@ -234,17 +233,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         }
     };
     let report = &verdict.report;
-    let count = |key: &str| report[key].as_u64().unwrap_or(0);
-    let mut line = format!(
-        "{} cycles, {} acknowledged, {} lost, {} duplicated",
-        options.cycles,
-        count("acknowledged"),
-        count("lost"),
-        count("duplicated")
-    );
-    if options.scenario == "transaction" {
-        line.push_str(&format!(", {} unpaired", count("unpaired")));
-    }
+    let line =
+        format!("{} cycles, {}", options.cycles, rig::crash_counts(report, &options.scenario));
     let longest_down = verdict.downtimes.iter().max().copied().unwrap_or_default();
     eprintln!(
         "xtask: crash test took {:.1} s (seed {seed}, store {}, scenario {}, longest restart {:.2} s)",
@@ -254,25 +244,14 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         longest_down.as_secs_f64()
     );
     print_result(&line, report);
-    let passed = report["passed"] == true
-        && count("lost") == 0
-        && count("duplicated") == 0
-        && count("unknown") == 0
-        && count("unpaired") == 0;
-    if passed {
+    if rig::crash_passed(report) {
         work.remove();
         return Ok(());
     }
     eprintln!("{}", compat::log_tail(&verdict.driver_log, LOG_TAIL_LINES));
     eprintln!("{}", compat::log_tail(&verdict.server_log, LOG_TAIL_LINES));
     eprintln!("xtask: kept the work directory {}", work.path.display());
-    bail!(
-        "crash test failed: {} lost, {} duplicated, {} unknown{}",
-        count("lost"),
-        count("duplicated"),
-        count("unknown"),
-        report["error"].as_str().map(|e| format!(" (driver: {e})")).unwrap_or_default()
-    )
+    bail!("crash test failed: {}", rig::crash_failure(report))
 }
 
 #[allow(clippy::print_stdout, reason = "the verdict is this task's output")]
@@ -355,113 +334,9 @@ fn sleep_until_or_deadline(delay: Duration, deadline: Instant, what: &str) -> Re
     Ok(())
 }
 
-/// The emulator-format config: the queue the producers send to, partitioned, with duplicate
-/// detection; with `forward`, it forwards to the [`CHAIN`] (the middle queue not partitioned, the
-/// last one partitioned, neither deduplicating: the forwarder alone must keep copies single).
+/// The emulator-format config: the queues of `scenario` ([`rig::crash_queues`]).
 fn config_json(scenario: &str) -> Value {
-    let queue = |name, partitions, dedup, forward_to| QueueSpec {
-        name,
-        partitions,
-        dedup,
-        forward_to,
-        lock_secs: LOCK_DURATION_SECS,
-    };
-    let queues = match scenario {
-        "transaction" => vec![queue(QUEUE, 4, true, ""), queue(OUT, 2, false, "")],
-        "queue" => vec![queue(QUEUE, 4, true, "")],
-        _ => vec![
-            queue(QUEUE, 4, true, CHAIN[0]),
-            queue(CHAIN[0], 1, false, CHAIN[1]),
-            queue(CHAIN[1], 2, false, ""),
-        ],
-    };
-    rig::config_json(&queues)
-}
-
-/// The driver process: stdin kept to tell it to stop, stdout collected by a thread, stderr in a
-/// log file. Dropping it kills the process if it still runs.
-#[derive(Debug)]
-struct Driver {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: Option<thread::JoinHandle<String>>,
-}
-
-impl Driver {
-    fn start(binary: &Path, options: &Options, port: u16, log: &Path) -> Result<Driver> {
-        let mut command = Command::new(binary);
-        command
-            .arg("--url")
-            .arg(format!("amqp://127.0.0.1:{port}"))
-            .arg("--sasl-plain")
-            .arg(format!("RootManageSharedAccessKey:{SAS_KEY}"))
-            .args(["--address", QUEUE])
-            .args(match options.scenario.as_str() {
-                "forward" => vec!["--receive-from", CHAIN[1]],
-                // One transaction per message and worker: producers at a pace workers keep up
-                // with, so that the drain ends in time.
-                "transaction" => vec!["--transfer-to", OUT, "--rate", "25"],
-                _ => vec![],
-            })
-            .arg("--producers")
-            .arg(options.producers.to_string())
-            .arg("--consumers")
-            .arg(options.consumers.to_string())
-            .arg("--quiet")
-            .arg((LOCK_DURATION_SECS + 2).to_string())
-            .args(&options.driver_args);
-        let err = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(err);
-        eprintln!("$ {} 2> {}", compat::shown(&command), log.display());
-        let mut child = command
-            .spawn()
-            .with_context(|| format!("could not start `{}`", compat::shown(&command)))?;
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().map(|mut out| {
-            thread::spawn(move || {
-                let mut text = String::new();
-                let _ = out.read_to_string(&mut text);
-                text
-            })
-        });
-        Ok(Driver { child, stdin, stdout })
-    }
-
-    fn exited(&mut self) -> Result<Option<std::process::ExitStatus>> {
-        self.child.try_wait().context("checking on the driver")
-    }
-
-    /// Sends `stop`, waits for the driver to exit (until `deadline`) and returns its JSON verdict.
-    fn stop(&mut self, deadline: Instant) -> Result<Value> {
-        if let Some(mut stdin) = self.stdin.take() {
-            writeln!(stdin, "stop").context("telling the driver to stop")?;
-            // Dropping stdin closes it: also a stop for the driver.
-        }
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let status = compat::wait_at_most(&mut self.child, remaining)?
-            .context("timed out waiting for the driver's verdict")?;
-        let output = match self.stdout.take() {
-            Some(reader) => reader.join().unwrap_or_default(),
-            None => String::new(),
-        };
-        let last = output.lines().rev().find(|line| !line.trim().is_empty()).unwrap_or_default();
-        let report: Value = serde_json::from_str(last).with_context(|| {
-            format!("the driver ({status}) printed no JSON verdict; its output: {output:?}")
-        })?;
-        if !report.is_object() {
-            bail!("the driver's verdict is not a JSON object: {last}");
-        }
-        Ok(report)
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+    rig::config_json(&rig::crash_queues(scenario))
 }
 
 #[cfg(test)]

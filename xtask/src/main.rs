@@ -102,7 +102,8 @@ tasks:
                         under load, then check that nothing acknowledged was lost or duplicated;
                         --store postgres runs every restart on one throwaway PostgreSQL (as for
                         compat), which is never killed and is removed at the end
-    cluster [--scenario kill|join|cutoff|store-failover] [--nodes N] [--kills K]
+    cluster [--scenario kill|join|cutoff|store-failover] [--load python|queue|forward|transaction]
+            [--nodes N] [--kills K]
             [--interval SECONDS] [--bound SECONDS] [--lease-ms MS] [--restart-after SECONDS]
             [--producers P] [--consumers C] [--rate R] [--seed S] [--timeout SECONDS]
             [--cut refuse|black-hole] [-- DRIVER-ARGS]
@@ -118,7 +119,8 @@ tasks:
                         PostgreSQL (not from its clients) K times: it must demote itself within
                         its lease, the others take over, its writes after the fence are refused;
                         `store-failover` kills the PostgreSQL primary under load and promotes its
-                        synchronous standby: nothing acknowledged lost, only retriable errors
+                        synchronous standby: nothing acknowledged lost, only retriable errors;
+                        `kill --load queue|forward|transaction` also runs crash's driver over every node
     fuzz list           list the fuzz targets (fuzz/, cargo-fuzz + libFuzzer; fuzz/README.md)
     fuzz TARGET...|all [--seconds N] [--runs N]
                         build the fuzz targets (installing cargo-fuzz if missing) and run each

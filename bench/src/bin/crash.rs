@@ -65,9 +65,10 @@ use crate::{
 #[derive(Debug, Parser)]
 #[command(name = "ironbus-crash", version)]
 pub(crate) struct Options {
-    /// Broker URL (plain `amqp`); `amqp://USER:PASS@host:port` authenticates with SASL PLAIN
-    #[arg(long, default_value = "amqp://127.0.0.1:5672")]
-    pub url: String,
+    /// Broker URL (plain `amqp`); `amqp://USER:PASS@host:port` authenticates with SASL PLAIN.
+    /// Repeated: producer, consumer and worker `i` connect to URL `i mod n` (cluster nodes)
+    #[arg(long, default_value = "amqp://127.0.0.1:5672", action = clap::ArgAction::Append)]
+    pub url: Vec<String>,
 
     /// The queue; it needs duplicate detection (RequiresDuplicateDetection) for retries
     #[arg(long, default_value = "crash")]
@@ -187,7 +188,8 @@ pub(crate) struct Shared {
     pub options: Options,
     /// This run's id, the first part of every MessageId.
     pub run: String,
-    pub endpoint: Endpoint,
+    /// One per `--url`; connection `slot` uses `endpoints[slot % n]`.
+    pub endpoints: Vec<Endpoint>,
     pub phase: watch::Sender<Phase>,
     ledger: Mutex<Ledger>,
     /// When a consumer last received something or (re)attached.
@@ -202,12 +204,20 @@ impl Shared {
         self.ledger.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Opens connection `name` (putting a `$cbs` token for `address` if asked to), within
-    /// `REQUEST_TIMEOUT`.
-    pub(crate) async fn connect(&self, name: &str, address: &str) -> Result<Link> {
-        timeout(REQUEST_TIMEOUT, self.endpoint.connect(name, address))
+    /// Opens connection `name` for producer, consumer or worker `slot` to URL `slot mod n`
+    /// (putting a `$cbs` token for `address` if asked to), within `REQUEST_TIMEOUT`.
+    pub(crate) async fn connect(&self, slot: u32, name: &str, address: &str) -> Result<Link> {
+        let index = usize::try_from(slot).unwrap_or(0) % self.endpoints.len().max(1);
+        let endpoint = self.endpoints.get(index).context("no --url")?;
+        timeout(REQUEST_TIMEOUT, endpoint.connect(name, address))
             .await
             .context("connecting timed out")?
+    }
+
+    /// Every URL as shown (passwords hidden), comma-separated.
+    fn shown_urls(&self) -> String {
+        let urls: Vec<&str> = self.endpoints.iter().map(Endpoint::shown_url).collect();
+        urls.join(",")
     }
 
     pub(crate) fn touch(&self) {
@@ -375,12 +385,13 @@ struct Report {
 async fn main() -> ExitCode {
     let options = Options::parse();
     let started = Instant::now();
-    let endpoint = match Endpoint::new(
-        &options.url,
-        options.sasl_plain.as_deref(),
-        options.cbs_key.as_deref(),
-    ) {
-        Ok(endpoint) => endpoint,
+    let endpoints = options
+        .url
+        .iter()
+        .map(|url| Endpoint::new(url, options.sasl_plain.as_deref(), options.cbs_key.as_deref()))
+        .collect::<Result<Vec<_>>>();
+    let endpoints = match endpoints {
+        Ok(endpoints) => endpoints,
         Err(err) => {
             eprintln!("ironbus-crash: {err:#}");
             return ExitCode::FAILURE;
@@ -392,7 +403,7 @@ async fn main() -> ExitCode {
     let shared = Arc::new(Shared {
         options,
         run: run_id(),
-        endpoint,
+        endpoints,
         phase,
         ledger: Mutex::new(ledger),
         last_activity: Mutex::new(Instant::now()),
@@ -436,16 +447,24 @@ async fn execute(shared: &Arc<Shared>) -> Result<()> {
         options.producers,
         options.consumers,
         options.address,
-        shared.endpoint.shown_url()
+        shared.shown_urls()
     );
     let mut consumers = JoinSet::new();
     for index in 0..options.consumers {
-        consumers.spawn(reconnecting(Consumer, format!("crash-c{index}"), Arc::clone(shared)));
+        consumers.spawn(reconnecting(
+            Consumer(index),
+            format!("crash-c{index}"),
+            Arc::clone(shared),
+        ));
     }
     if options.transfer_to.is_some() {
         // Workers count as consumers for the drain: the quiet period needs them attached.
         for index in 0..options.workers {
-            consumers.spawn(reconnecting(Worker, format!("crash-w{index}"), Arc::clone(shared)));
+            consumers.spawn(reconnecting(
+                Worker(index),
+                format!("crash-w{index}"),
+                Arc::clone(shared),
+            ));
         }
     }
     let mut producers = JoinSet::new();
@@ -633,6 +652,20 @@ mod tests {
         let options = Options::try_parse_from(["ironbus-crash"]).unwrap();
         assert_eq!((options.producers, options.consumers, options.credit), (4, 4, 50));
         assert_eq!(options.address, "crash");
+        assert_eq!(options.url, ["amqp://127.0.0.1:5672"]);
+    }
+
+    #[test]
+    fn urls_repeat() {
+        let options = Options::try_parse_from([
+            "ironbus-crash",
+            "--url",
+            "amqp://a:1",
+            "--url",
+            "amqp://b:2",
+        ])
+        .unwrap();
+        assert_eq!(options.url, ["amqp://a:1", "amqp://b:2"]);
     }
 
     #[test]

@@ -28,16 +28,16 @@ use crate::{
     Backoff, Shared, POLL, REQUEST_TIMEOUT,
 };
 
-/// A consumer of the run (its connections' names tell which).
+/// Consumer `.0` of the run (its connections' names tell which; it connects to URL `.0 mod n`).
 #[derive(Debug)]
-pub(crate) struct Consumer;
+pub(crate) struct Consumer(pub(crate) u32);
 
 impl crate::Connected for Consumer {
     /// One connection's life. `Ok` when the run is done; `Err` on any failure.
     async fn connected(&self, shared: &Shared, name: &str, backoff: &mut Backoff) -> Result<()> {
         let options = &shared.options;
         let address = options.receive_address();
-        let mut link = shared.connect(name, address).await?;
+        let mut link = shared.connect(self.0, name, address).await?;
         let mut receiver = attach_receiver(&mut link.session, name, address).await?;
         let mut completer =
             timeout(REQUEST_TIMEOUT, Completer::attach(&mut link.session, name, address))

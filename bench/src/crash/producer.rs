@@ -28,6 +28,8 @@ const OUTCOME_TIMEOUT: Duration = Duration::from_secs(15);
 /// One producer's state across connections.
 #[derive(Debug)]
 pub(crate) struct Producer {
+    /// Its index: it connects to URL `index mod n`.
+    index: u32,
     /// `<run>-p<index>`, the MessageIds' prefix.
     prefix: String,
     /// The next new message number.
@@ -38,7 +40,7 @@ pub(crate) struct Producer {
 
 impl Producer {
     pub(crate) fn new(run: &str, index: u32) -> Producer {
-        Producer { prefix: format!("{run}-p{index}"), next: 0, pending: BTreeSet::new() }
+        Producer { index, prefix: format!("{run}-p{index}"), next: 0, pending: BTreeSet::new() }
     }
 
     fn id(&self, n: u64) -> String {
@@ -82,7 +84,7 @@ impl Producer {
         backoff: &mut crate::Backoff,
     ) -> Result<()> {
         let options = &shared.options;
-        let mut link = shared.connect(name, &options.address).await?;
+        let mut link = shared.connect(self.index, name, &options.address).await?;
         let mut sender = timeout(
             OUTCOME_TIMEOUT,
             Sender::builder()

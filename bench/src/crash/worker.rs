@@ -38,9 +38,10 @@ use crate::{
 /// The link property naming a send-via link's final destination.
 const TRANSFER_DESTINATION: &str = "com.microsoft:transfer-destination-address";
 
-/// A transactional worker of the run (its connections' names tell which).
+/// Transactional worker `.0` of the run (its connections' names tell which; it connects to URL
+/// `.0 mod n`).
 #[derive(Debug)]
-pub(crate) struct Worker;
+pub(crate) struct Worker(pub(crate) u32);
 
 impl crate::Connected for Worker {
     /// One connection's life. `Ok` when the run is done; `Err` on any failure.
@@ -48,7 +49,7 @@ impl crate::Connected for Worker {
         let options = &shared.options;
         let via = options.address.as_str();
         let destination = options.transfer_to.as_deref().context("no --transfer-to")?;
-        let mut link = shared.connect(name, via).await?;
+        let mut link = shared.connect(self.0, name, via).await?;
         let controller =
             timeout(REQUEST_TIMEOUT, Controller::attach(&mut link.session, format!("{name}-txn")))
                 .await

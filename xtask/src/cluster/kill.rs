@@ -8,6 +8,10 @@
 //! the kill and the request is the kill-to-available time. After the last kill, every partition
 //! must accept sends through every node; then the driver stops and drains, and its verdict must
 //! show nothing lost, duplicated or unknown, and every kill-to-available time within `--bound`.
+//!
+//! With a crash `--load` the crash driver runs too, from before the first kill, on every node;
+//! it is checked before each kill, stopped after the last (before the Python driver's verdict)
+//! and its summary judged as `cargo xtask crash` judges it ([`rig::crash_passed`]).
 
 use std::{
     thread,
@@ -21,7 +25,8 @@ use super::{
     median_and_max, paint, progress, shown, utc_now, verdict, Options, Outcome, Rig, PROBE_TIMEOUT,
     QUEUE, READY_TIMEOUT, RED, RESTART_AFTER,
 };
-use crate::rig::SplitMix64;
+use crate::compat::{self, LOG_TAIL_LINES};
+use crate::rig::{self, CrashDriver, SplitMix64};
 
 /// One kill's measurements.
 #[derive(Debug)]
@@ -37,10 +42,16 @@ pub(super) fn run(rig: &mut Rig, options: &Options, seed: u64) -> Result<Outcome
     let mut rng = SplitMix64(seed);
     let mut kills = Vec::new();
     let nodes = rig.nodes.len();
+    let mut crash = start_crash_driver(rig, options)?;
     for number in 1..=options.kills {
         let wait = jittered(options.interval, &mut rng);
         sleep_within(rig, wait, "waiting for the next kill")?;
         rig.check_running().with_context(|| format!("before kill {number}"))?;
+        if let Some((driver, _)) = &mut crash {
+            if let Some(status) = driver.exited()? {
+                bail!("the crash driver exited before kill {number} ({status})");
+            }
+        }
         let victim = pick(&mut rng, nodes);
         // Through a surviving node; with one node, through the victim once it is back.
         let survivor =
@@ -99,11 +110,53 @@ pub(super) fn run(rig: &mut Rig, options: &Options, seed: u64) -> Result<Outcome
     // Some load on the healed cluster before the end.
     let wait = jittered(options.interval / 2, &mut rng);
     sleep_within(rig, wait, "running after the last kill")?;
+    let crash_failures = match crash {
+        Some((mut driver, log)) => stop_crash_driver(rig, &mut driver, options, &log)?,
+        None => Vec::new(),
+    };
     let (verdict, mut failures) = verdict::finish(rig)?;
+    failures.extend(crash_failures);
     failures.extend(slow_kills(&kills, options.bound, &rig.nodes));
     report(&kills, options, &rig.nodes);
     verdict::print_ledger(&verdict);
     Ok(Outcome { failures })
+}
+
+/// With a crash `--load`: the crash driver on every node, and its log.
+fn start_crash_driver(
+    rig: &Rig,
+    options: &Options,
+) -> Result<Option<(CrashDriver, std::path::PathBuf)>> {
+    let (Some(load), Some(binary)) = (options.crash_load(), &rig.crash_driver) else {
+        return Ok(None);
+    };
+    let ports: Vec<u16> = (0..rig.nodes.len()).map(|i| rig.nodes.amqp(i).port()).collect();
+    let log = rig.work.join("crash-driver.log");
+    let counts = (options.producers(), options.consumers());
+    let driver = CrashDriver::start(binary, &ports, load, counts, &[], &log)?;
+    progress(&format!("crash driver ({load}) started on {} nodes", ports.len()));
+    Ok(Some((driver, log)))
+}
+
+/// Stops the crash driver (it finishes its sends and drains), prints its counts and summary and
+/// returns what failed.
+#[allow(clippy::print_stdout, reason = "the crash driver's verdict is this task's output")]
+fn stop_crash_driver(
+    rig: &Rig,
+    driver: &mut CrashDriver,
+    options: &Options,
+    log: &std::path::Path,
+) -> Result<Vec<String>> {
+    progress("telling the crash driver to stop; it finishes its sends and drains its queues");
+    let report = driver.stop(rig.deadline)?;
+    let load = options.load.as_str();
+    println!("crash driver ({load}): {}", rig::crash_counts(&report, load));
+    println!("{report}");
+    if rig::crash_passed(&report) {
+        return Ok(Vec::new());
+    }
+    eprintln!("{}", compat::log_tail(log, LOG_TAIL_LINES));
+    Ok(vec![format!("crash driver ({load}): {}", rig::crash_failure(&report))])
 }
 
 /// Kills after which some partition took longer than `bound` (or forever) to accept sends.
