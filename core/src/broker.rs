@@ -696,19 +696,9 @@ async fn futures_join<T>(pending: Vec<impl std::future::Future<Output = T>>) -> 
     answers
 }
 
-pub(crate) async fn ask_all<T>(
+pub(crate) async fn ask_all<T: Send + 'static>(
     entity: &EntityHandle,
     make: impl Fn(oneshot::Sender<Result<T>>) -> Command,
 ) -> Vec<Result<T>> {
-    let mut pending = Vec::with_capacity(entity.partitions.len());
-    for p in &entity.partitions {
-        let (tx, rx) = oneshot::channel();
-        p.send(make(tx));
-        pending.push(rx);
-    }
-    let mut answers = Vec::with_capacity(pending.len());
-    for rx in pending {
-        answers.push(rx.await.unwrap_or(Err(BrokerError::ShuttingDown)));
-    }
-    answers
+    futures_join(entity.partitions.iter().map(|p| p.ask(&make)).collect()).await
 }
