@@ -518,3 +518,119 @@ async fn a_subscription_settles_and_sends_through_itself_in_one_transaction() {
     let left = guard(f.broker.peek("t/Subscriptions/s", SequenceNumber(0), 10)).await.unwrap();
     assert!(left.is_empty(), "the event was completed with the commit: {left:?}");
 }
+
+/// One `$management` or send request inside a transaction, as a client may send it: counts
+/// of zero, messages without a scheduled time and unknown sequence numbers included.
+#[derive(Debug, Clone)]
+enum Request {
+    Send { count: usize, key: Option<u8> },
+    Schedule { count: usize, timed: bool, key: Option<u8> },
+    Cancel { known: bool },
+}
+
+fn request() -> impl proptest::strategy::Strategy<Value = Request> {
+    use proptest::prelude::*;
+    let key = proptest::option::of(0u8..3);
+    prop_oneof![
+        (0usize..3, key.clone()).prop_map(|(count, key)| Request::Send { count, key }),
+        (0usize..3, any::<bool>(), key).prop_map(|(count, timed, key)| Request::Schedule {
+            count,
+            timed,
+            key
+        }),
+        any::<bool>().prop_map(|known| Request::Cancel { known }),
+    ]
+}
+
+/// Whatever a client asks inside a transaction, the broker answers (never panics) and the
+/// commit applies exactly what was accepted, or nothing; a rollback applies nothing.
+async fn drive_transaction(partitioned_queue: bool, requests: Vec<Request>, commit: bool) {
+    let f = Fixture::new().await;
+    let description = if partitioned_queue { partitioned() } else { QueueDescription::default() };
+    f.queue("q", description).await;
+    // One message scheduled beforehand, for the cancellations that name a known number.
+    let later = f.clock.now().saturating_add(Duration::from_secs(3600));
+    let mut earlier = msg("earlier");
+    earlier.properties.scheduled_enqueue_time = Some(later);
+    let earlier = guard(f.broker.schedule("q", vec![earlier])).await.unwrap();
+    let SendOutcome::Enqueued(earlier) = earlier[0] else { panic!("{earlier:?}") };
+
+    let with_key = |mut m: Message, key: Option<u8>| {
+        m.properties.partition_key = key.map(|k| format!("k{k}"));
+        m
+    };
+    let txn = Transaction::new();
+    let (mut sent, mut scheduled, mut cancelled) = (0u64, 0u64, false);
+    for r in requests {
+        match r {
+            Request::Send { count, key } => {
+                let messages = (0..count).map(|_| with_key(msg("s"), key)).collect();
+                if f.broker.send_in_transaction(&txn, &addr("q"), None, messages).is_ok() {
+                    sent += count as u64;
+                }
+            }
+            Request::Schedule { count, timed, key } => {
+                let messages = (0..count)
+                    .map(|_| {
+                        let mut m = with_key(msg("t"), key);
+                        m.properties.scheduled_enqueue_time = timed.then_some(later);
+                        m
+                    })
+                    .collect();
+                let q = addr("q");
+                let answer = guard(f.broker.schedule_in_transaction(&txn, &q, messages)).await;
+                if let Ok(seqs) = answer {
+                    assert_eq!(seqs.len(), count, "one number per scheduled message");
+                    scheduled += count as u64;
+                }
+            }
+            Request::Cancel { known } => {
+                let seqs = [if known { earlier } else { SequenceNumber(1 << 40) }];
+                if f.broker.cancel_in_transaction(&txn, &addr("q"), &seqs).is_ok() && known {
+                    cancelled = true;
+                }
+            }
+        }
+    }
+    let applied = if commit {
+        guard(f.broker.commit(&txn)).await.is_ok()
+    } else {
+        guard(f.broker.rollback(&txn)).await;
+        false
+    };
+    f.settle_down().await;
+    let runtime = f.runtime("q").await;
+    if applied {
+        assert_eq!(runtime.active_message_count, sent);
+        assert_eq!(runtime.scheduled_message_count, 1 + scheduled - u64::from(cancelled));
+    } else {
+        assert_eq!(runtime.active_message_count, 0);
+        assert_eq!(runtime.scheduled_message_count, 1);
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #[test]
+    fn transactional_requests_never_panic_and_commit_what_was_accepted(
+        partitioned_queue in proptest::prelude::any::<bool>(),
+        requests in proptest::collection::vec(request(), 0..6),
+        commit in proptest::prelude::any::<bool>(),
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(drive_transaction(partitioned_queue, requests, commit));
+    }
+}
+
+#[tokio::test]
+async fn an_empty_schedule_in_a_fresh_transaction_is_refused() {
+    let f = Fixture::new().await;
+    f.queue("q", QueueDescription::default()).await;
+    let txn = Transaction::new();
+    let e = guard(f.broker.schedule_in_transaction(&txn, &addr("q"), vec![])).await.unwrap_err();
+    assert!(matches!(e, BrokerError::InvalidArgument { field: "messages", .. }), "{e:?}");
+    // The transaction is still usable.
+    f.broker.send_in_transaction(&txn, &addr("q"), None, vec![msg("a")]).unwrap();
+    guard(f.broker.commit(&txn)).await.unwrap();
+    assert_eq!(f.peek_bodies("q").await, ["a"]);
+}

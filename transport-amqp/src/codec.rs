@@ -25,6 +25,8 @@
 //!   bare message, and survive a re-encode of the section (see below). Decimals are the one
 //!   change: the section is rewritten with each decimal as Service Bus writes it back
 //!   (`decimal.rs`), and a decimal no .NET decimal can hold refuses the send.
+//! * footer: kept in the bare message where the client put it. It may come anywhere, once: rhea
+//!   (the js SDK's AMQP library) writes it before the body.
 //! * body: one data section → `body` is its bytes (zero-copy, a slice of `raw`); several data
 //!   sections → their concatenation; amqp-value / amqp-sequence → `body` is empty (the raw bare
 //!   message carries them unchanged).

@@ -162,3 +162,26 @@ test("message and application properties round-trip", opts, () =>
     assert.equal(got.none, null);
     await receiver.completeMessage(message);
   }));
+
+test("a message with a footer (rhea writes it before the body) arrives whole", opts, () =>
+  withClient(async (client) => {
+    const name = queue("footer");
+    const sender = client.createSender(name);
+    await sender.sendMessages({
+      body: "with a footer",
+      bodyType: "value",
+      footer: { "x-check": "f1" },
+      applicationProperties: { kept: 1 },
+    });
+    await sender.sendMessages({ body: Buffer.from("data body"), bodyType: "data", footer: { n: 2 } });
+    const receiver = lockReceiver(client, name);
+    const messages = await receiveN(receiver, 2);
+    assert.equal(messages.length, 2);
+    const [first, second] = messages;
+    assert.equal(first.body, "with a footer");
+    assert.equal(first.applicationProperties.kept, 1);
+    assert.deepEqual(first._rawAmqpMessage.footer, { "x-check": "f1" });
+    assert.equal(Buffer.from(second.body).toString(), "data body");
+    assert.deepEqual(second._rawAmqpMessage.footer, { n: 2 });
+    for (const m of messages) await receiver.completeMessage(m);
+  }));

@@ -256,6 +256,13 @@ impl Broker {
         address: &EntityAddress,
         messages: Vec<Message>,
     ) -> Result<Vec<SequenceNumber>> {
+        if messages.is_empty() {
+            // Nothing to pin the transaction's partition on, and nothing to schedule.
+            return Err(BrokerError::invalid(
+                "messages",
+                "a schedule-message request needs at least one message",
+            ));
+        }
         if messages.iter().any(|m| m.properties.scheduled_enqueue_time.is_none()) {
             return Err(BrokerError::invalid(
                 "ScheduledEnqueueTime",
@@ -280,8 +287,9 @@ impl Broker {
                 for message in &messages {
                     v.pin_message(message)?;
                 }
-                let p = v.partition.expect("pinned by a message");
-                Ok(v.entity.partition(p).cloned().expect("router stays within the entity"))
+                let handle = v.partition.and_then(|p| v.entity.partition(p).cloned());
+                handle
+                    .ok_or_else(|| BrokerError::invalid("messages", "no partition to schedule on"))
             })();
             match pinned {
                 Ok(handle) => handle,

@@ -107,14 +107,17 @@ pub(crate) fn split_sections(buf: &[u8]) -> Result<Vec<Section>> {
                 section_name(code)
             )));
         }
-        // Delivery annotations may come anywhere, once: the python SDK writes them last, after
-        // the body and footer, and Service Bus accepts that. Every other section keeps the
-        // specification's order.
-        if code == DELIVERY_ANNOTATIONS {
-            if sections.iter().any(|s| s.code == DELIVERY_ANNOTATIONS) {
-                return Err(CodecError::new("a second delivery-annotations section"));
+        // Delivery annotations and the footer may come anywhere, once each: the python SDK
+        // writes delivery annotations last, after the body and footer, rhea (the js SDK's AMQP
+        // library) writes the footer before the body, and Service Bus accepts both. Every other
+        // section keeps the specification's order.
+        if matches!(code, DELIVERY_ANNOTATIONS | FOOTER) {
+            if sections.iter().any(|s| s.code == code) {
+                return Err(CodecError::new(format!("a second {} section", section_name(code))));
             }
-        } else if let Some(prev) = sections.iter().rev().find(|s| s.code != DELIVERY_ANNOTATIONS) {
+        } else if let Some(prev) =
+            sections.iter().rev().find(|s| !matches!(s.code, DELIVERY_ANNOTATIONS | FOOTER))
+        {
             let rank = |c: u8| if is_body(c) { DATA } else { c };
             let in_order = if is_body(code) {
                 rank(prev.code) < DATA || (prev.code == code && code != AMQP_VALUE)

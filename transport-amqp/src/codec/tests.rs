@@ -609,7 +609,7 @@ fn lock_token_layout() {
 
 #[test]
 fn rejects_malformed_input() {
-    let cases: [(&[u8], &str); 9] = [
+    let cases: [(&[u8], &str); 10] = [
         (b"\x01", "expected a message section"),
         (b"\x00\x53\x75\xa0\x05ab", "truncated"),
         (b"\x00\x53\x69\x40", "unknown message section"),
@@ -617,6 +617,7 @@ fn rejects_malformed_input() {
         (b"\x00\x53\x77\x40\x00\x53\x73\x45", "properties section after amqp-value"),
         (b"\x00\x53\x77\x40\x00\x53\x77\x40", "amqp-value section after amqp-value"),
         (b"\x00\x53\x71\xc1\x01\x00\x00\x53\x71\xc1\x01\x00", "a second delivery-annotations"),
+        (b"\x00\x53\x78\xc1\x01\x00\x00\x53\x78\xc1\x01\x00", "a second footer"),
         (b"\x00\x53\x73\xc0\x02\x01\xa1", "truncated"),
         (b"\x00\x53\x73\xc0\x05\x03\x40\x40\x54\x05", "properties.to is not a string"),
     ];
@@ -996,4 +997,45 @@ fn a_partition_key_sent_back_as_binary_is_read_as_text() {
             .build(),
     );
     assert!(decode_message(encode_fe(&bad)).is_err());
+}
+
+/// What rhea (the js SDK's AMQP library) sends for a message with a footer: the footer section
+/// before the body. Service Bus accepts it; the body and the footer arrive intact.
+#[test]
+fn a_footer_before_the_body_is_accepted_and_kept_as_sent() {
+    let mut client = full_client_message(data_body(&[b"x"]));
+    client.footer = Some(fe2o3_amqp_types::messaging::Footer::builder().insert("f", 9i32).build());
+    let bytes = encode_fe(&client);
+    let sections = section_descriptors(&bytes);
+    let (footer_at, body_at) = (
+        sections.iter().position(|s| s.1 == FOOTER).unwrap(),
+        sections.iter().position(|s| s.1 == DATA).unwrap(),
+    );
+    // Move the footer in front of the body, as rhea writes it.
+    let parts = split_sections(&bytes).unwrap();
+    let mut rhea = Vec::new();
+    for (i, s) in parts.iter().enumerate() {
+        if i == body_at {
+            let f = &parts[footer_at];
+            rhea.extend_from_slice(&bytes[f.start..f.end]);
+        }
+        if i != footer_at {
+            rhea.extend_from_slice(&bytes[s.start..s.end]);
+        }
+    }
+    let m = decode_message(Bytes::from(rhea)).unwrap();
+    assert_eq!(&m.body[..], b"x");
+    let raw = RawMessage::parse(m.raw.as_ref().unwrap()).unwrap();
+    let codes: Vec<u8> = raw.sections.iter().map(|s| s.code).collect();
+    assert_eq!(codes, [PROPERTIES, APPLICATION_PROPERTIES, FOOTER, DATA], "kept as sent");
+
+    let out = encode_delivery(&received(m, true), DeliveryOptions::default());
+    let fe = decode_fe(&out);
+    let body = match fe.body {
+        Body::Data(batch) => batch.into_iter().flat_map(|d| d.0.into_vec()).collect::<Vec<u8>>(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(body, b"x");
+    let footer = fe.footer.unwrap().0;
+    assert_eq!(footer.get(&OwnedKey::Symbol(Symbol::from("f"))), Some(&Value::Int(9)));
 }
