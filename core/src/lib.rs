@@ -85,6 +85,7 @@ pub mod filter;
 pub(crate) mod keys;
 pub mod message;
 pub mod metrics;
+pub mod namespaces;
 mod partition;
 pub mod receiver;
 pub mod remote;
@@ -115,6 +116,7 @@ pub use description::{
 };
 pub use entity::{EntityDescription, EntityInfo, EntityKind};
 pub use error::{BrokerError, Result, SessionError};
+pub use namespaces::Namespaces;
 pub use message::{
     ApplicationProperties, BrokerProperties, Disposition, Message, MessageLock, MessageProperties,
     MessageState, PropertyValue, ReceivedMessage,

@@ -28,6 +28,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+mod prefixed;
+pub use prefixed::PrefixedStore;
+
 /// One operation of a [`WriteBatch`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchOp {

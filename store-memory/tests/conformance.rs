@@ -76,3 +76,36 @@ async fn limits_case_catches_a_store_that_ignores_its_limits() {
     ))
     .await;
 }
+
+// A namespace's view of a store that other namespaces (and the default one, unprefixed) also
+// hold keys in: the suite must see only its own.
+ironbus_core::store_conformance_suite!(prefixed_memory, || async {
+    let shared = Arc::new(MemoryStore::new());
+    let mut others = WriteBatch::new();
+    for key in [&b"a"[..], b"zz", b"\xff", b"\xffns\x00other\x00k", b"\xffns\x00t\x01", b"\xff\xff"] {
+        others.put(Bytes::copy_from_slice(key), Bytes::from_static(b"not yours"));
+    }
+    shared.write(others).await.unwrap();
+    Arc::new(ironbus_core::store::PrefixedStore::new(
+        shared,
+        ironbus_core::store::PrefixedStore::namespace_prefix("t"),
+    ))
+});
+
+/// Limits that leave room for the prefix: a batch that fits the view fits the inner store.
+#[tokio::test]
+async fn a_prefixed_view_of_a_limited_store_sizes_its_limits_for_the_prefix() {
+    use ironbus_core::store::PrefixedStore;
+    let inner = Arc::new(limited(WriteLimits { max_ops: 1024, max_bytes: 64 << 10 }));
+    let view = PrefixedStore::new(inner, PrefixedStore::namespace_prefix("limits"));
+    let limits = view.limits();
+    assert!(limits.max_ops <= 1024 && limits.max_bytes < 64 << 10, "{limits:?}");
+    // A batch at the view's limits, of the smallest keys, is accepted by the inner store.
+    let mut batch = WriteBatch::new();
+    for i in 0..limits.max_ops {
+        batch.delete_range(Bytes::from(format!("{i}")), Bytes::new());
+    }
+    assert!(limits.admits_batch(&batch));
+    view.write(batch).await.expect("fits the inner store");
+    conformance::batch_over_limits_is_refused_and_applies_nothing(Arc::new(view)).await;
+}
