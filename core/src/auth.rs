@@ -47,4 +47,4 @@ pub use rights::{Right, Rights};
 pub use rules::{
     validate_rules, AuthorizationRule, MAX_AUTHORIZATION_RULES, MAX_KEY_LEN, MAX_KEY_NAME_LEN,
 };
-pub use token::{generate_token, token_audience, SAS_TOKEN_PREFIX};
+pub use token::{generate_token, token_audience, token_host, SAS_TOKEN_PREFIX};

@@ -116,11 +116,11 @@ pub use description::{
 };
 pub use entity::{EntityDescription, EntityInfo, EntityKind};
 pub use error::{BrokerError, Result, SessionError};
-pub use namespaces::Namespaces;
 pub use message::{
     ApplicationProperties, BrokerProperties, Disposition, Message, MessageLock, MessageProperties,
     MessageState, PropertyValue, ReceivedMessage,
 };
+pub use namespaces::Namespaces;
 pub use partition::SendOutcome;
 pub use receiver::Receiver;
 pub use store::{Store, StoreError, StoreErrorKind, WriteBatch};

@@ -197,7 +197,9 @@ mod tests {
         assert_eq!(first_label("test-42.localhost").as_deref(), Some("test-42"));
         assert_eq!(first_label("Test-42.LocalHost:5672").as_deref(), Some("test-42"));
         assert_eq!(first_label("ns.servicebus.windows.net.").as_deref(), Some("ns"));
-        for default in ["localhost", "localhost:5672", "127.0.0.1", "127.0.0.1:5300", "[::1]:443", "::1", ""] {
+        for default in
+            ["localhost", "localhost:5672", "127.0.0.1", "127.0.0.1:5300", "[::1]:443", "::1", ""]
+        {
             assert_eq!(first_label(default), None, "{default}");
         }
         assert!(valid_name("test-42") && valid_name("a") && valid_name("ns1"));

@@ -19,7 +19,8 @@ fn opener(shared: Arc<dyn Store>, clock: Arc<ManualClock>) -> OpenNamespace {
     Arc::new(move |name: String| {
         let (shared, clock) = (shared.clone(), clock.clone());
         Box::pin(async move {
-            let store = Arc::new(PrefixedStore::new(shared, PrefixedStore::namespace_prefix(&name)));
+            let store =
+                Arc::new(PrefixedStore::new(shared, PrefixedStore::namespace_prefix(&name)));
             Broker::open(store, clock, NamespaceLimits::default()).await
         })
     })

@@ -29,9 +29,16 @@ pub struct Args {
     /// Message-body bytes (MiB) kept in memory; the rest are read from the store on delivery.
     #[arg(long, env = "IRONBUS_BODY_CACHE_MB", default_value_t = 64)]
     pub body_cache_mb: u64,
-    /// Entities to declare at start-up, in the Service Bus emulator's config.json format.
+    /// Entities to declare at start-up, in the Service Bus emulator's config.json format. Its
+    /// first namespace is the default one (served for every host); each further namespace is
+    /// served to clients that address `<name>.<any domain>` (e.g. `sb://test-1.localhost`).
     #[arg(long, env = "IRONBUS_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Create a namespace the first time a client addresses it by host name: `sb://<name>.localhost`
+    /// gets namespace `<name>`, with its own entities, quotas and counts, kept in the same stores
+    /// (for test suites that want a fresh namespace per test). Not with `--cluster`.
+    #[arg(long, env = "IRONBUS_NAMESPACES_ON_DEMAND")]
+    pub namespaces_on_demand: bool,
     /// The key of the namespace policy RootManageSharedAccessKey. Without it the emulator's
     /// well-known development key is used, and only loopback addresses may be served.
     #[arg(long, env = "IRONBUS_SAS_KEY", hide_env_values = true)]

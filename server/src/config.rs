@@ -78,6 +78,12 @@ impl Declared {
 
 /// Parses the file's text into the entities it declares.
 pub fn parse(text: &str) -> Result<Declared> {
+    Ok(parse_all(text)?.into_iter().next().map(|(_, declared)| declared).unwrap_or_default())
+}
+
+/// What the file declares in each of its namespaces, by name (`""` where a namespace has no
+/// `Name`): the first is the server's default namespace, the others are served beside it.
+pub fn parse_all(text: &str) -> Result<Vec<(String, Declared)>> {
     let root = json(text)?;
     let namespaces = root
         .get("UserConfig")
@@ -88,21 +94,22 @@ pub fn parse(text: &str) -> Result<Declared> {
                 "config needs UserConfig.Namespaces (the emulator's config.json format)",
             )
         })?;
-    let mut queues = Vec::new();
-    let mut topics = Vec::new();
+    let mut all = Vec::new();
     for namespace in namespaces {
+        let (mut queues, mut topics) = (Vec::new(), Vec::new());
         for topic in namespace.get("Topics").and_then(Value::as_array).into_iter().flatten() {
             topics.push(declared_topic(topic)?);
         }
-        let Some(list) = namespace.get("Queues").and_then(Value::as_array) else { continue };
-        for queue in list {
+        for queue in namespace.get("Queues").and_then(Value::as_array).into_iter().flatten() {
             let name = name_of(queue, "queue")?;
             let description =
                 queue_description(queue.get("Properties")).within(|| format!("queue {name}"))?;
             queues.push(DeclaredQueue { name, description });
         }
+        let name = namespace.get("Name").and_then(Value::as_str).unwrap_or_default();
+        all.push((name.to_owned(), Declared { queues, topics }));
     }
-    Ok(Declared { queues, topics })
+    Ok(all)
 }
 
 fn json(text: &str) -> Result<Value> {

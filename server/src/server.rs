@@ -2,13 +2,15 @@
 
 use std::future::Future;
 
-use ironbus_core::{shutdown_signal, Broker, Transport};
+use ironbus_core::{shutdown_signal, Broker, Namespaces, Transport};
 
 use crate::ServerError;
 
 /// A broker and its transports, bound and ready: [`Server::serve_until`] serves them.
 pub struct Server {
     broker: Broker,
+    /// The namespaces served beside the broker's (shut down with it).
+    namespaces: Option<Namespaces>,
     transports: Vec<Box<dyn Transport>>,
 }
 
@@ -21,7 +23,13 @@ impl std::fmt::Debug for Server {
 
 impl Server {
     pub fn new(broker: Broker) -> Self {
-        Self { broker, transports: Vec::new() }
+        Self { broker, namespaces: None, transports: Vec::new() }
+    }
+
+    /// Also shuts `namespaces`' brokers down at the end (the broker's own is the default one).
+    pub fn with_namespaces(mut self, namespaces: Namespaces) -> Self {
+        self.namespaces = Some(namespaces);
+        self
     }
 
     /// Adds a transport (already bound, so its address is known).
@@ -56,7 +64,10 @@ impl Server {
                 tracing::error!(transport = name, error = %e, "transport failed");
             }
         }
-        self.broker.shutdown();
+        match &self.namespaces {
+            Some(namespaces) => namespaces.shutdown(),
+            None => self.broker.shutdown(),
+        }
         stopped
     }
 }

@@ -1,10 +1,15 @@
 //! [`start`]: the default server assembled from its [`Args`], bound and ready to serve.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use ironbus_core::auth::DEVELOPMENT_POLICY_NAME;
-use ironbus_core::{Broker, BrokerOptions, NamespaceLimits, SystemClock, Timestamp};
+use ironbus_core::namespaces::OpenNamespace;
+use ironbus_core::store::PrefixedStore;
+use ironbus_core::{
+    Broker, BrokerOptions, NamespaceLimits, Namespaces, Store, SystemClock, Timestamp,
+};
 use ironbus_metrics::PrometheusExporter;
 use ironbus_transport_amqp::limits::ConnectionLimits as AmqpLimits;
 use ironbus_transport_amqp::{AmqpOptions, AmqpTransport};
@@ -67,6 +72,12 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
             "--cluster needs --store postgres: every node reaches the same stores".into(),
         ));
     }
+    if args.cluster.cluster && args.namespaces_on_demand {
+        return Err(ServerError::Cluster(
+            "--namespaces-on-demand is not supported with --cluster (one namespace per cluster)"
+                .into(),
+        ));
+    }
     let stores = args.store.open().await?;
     let namespace_store = stores[0].clone();
     #[cfg(feature = "fault-injection")]
@@ -86,6 +97,7 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
         fence_token: None,
         cluster: args.cluster.cluster,
     };
+    let open_namespace = namespace_opener(stores.clone(), options);
     let opening = std::time::Instant::now();
     let broker = Broker::open_with(stores, Arc::new(SystemClock), options)
         .await
@@ -99,13 +111,33 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
 
     // The config's namespace name is what `$namespaceinfo` reports (else "ironbus").
     let mut namespace = None;
+    let mut declared_namespaces = HashMap::new();
     if let Some(path) = &args.config {
         let in_config =
             |source| ServerError::Config { path: path.clone(), source: Box::new(source) };
         let text = std::fs::read_to_string(path)
             .map_err(|source| ServerError::ReadConfig { path: path.clone(), source })?;
         namespace = config::namespace_name(&text);
-        let declared = config::parse(&text).map_err(in_config)?;
+        let mut all = config::parse_all(&text).map_err(in_config)?.into_iter();
+        let declared = all.next().map(|(_, declared)| declared).unwrap_or_default();
+        for (name, declared) in all {
+            let name = name.to_ascii_lowercase();
+            if args.cluster.cluster {
+                return Err(ServerError::Cluster(format!(
+                    "namespace {name}: a cluster serves one namespace (the config's first)"
+                )));
+            }
+            if !ironbus_core::namespaces::valid_name(&name)
+                || declared_namespaces.contains_key(&name)
+            {
+                let why = format!("namespace name {name:?} is not valid or not unique (letters, digits and hyphens, starting with a letter)");
+                return Err(in_config(config::ConfigError::invalid(why)));
+            }
+            let broker = open_namespace(name.clone()).await.map_err(ServerError::OpenBroker)?;
+            let created = config::apply(&broker, &declared).await.map_err(in_config)?;
+            tracing::info!(namespace = %name, declared = declared.entity_count(), created, "namespace from {}", path.display());
+            declared_namespaces.insert(name, broker);
+        }
         // Cluster nodes starting together declare the same entities: a write that lost the
         // race to another node's is retriable, and the retry finds the entity made.
         let mut attempts = 0;
@@ -150,7 +182,17 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
     }
     metrics.watch_amqp(amqp.stats());
 
+    let default_name = namespace.clone().unwrap_or_else(|| "ironbus".to_owned());
+    let namespaces = (args.namespaces_on_demand || !declared_namespaces.is_empty()).then(|| {
+        let on_demand = args.namespaces_on_demand.then_some(open_namespace);
+        Namespaces::new(default_name, broker.clone(), declared_namespaces, on_demand)
+    });
+    if let Some(namespaces) = &namespaces {
+        amqp.serve_namespaces(namespaces.clone());
+    }
+
     let mut config = HttpConfig::new(authorizer);
+    config.namespaces = namespaces.clone();
     if let Some(namespace) = namespace {
         config.namespace = namespace;
     }
@@ -183,6 +225,9 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
     if let Some(http) = http {
         started.server = started.server.with(http);
     }
+    if let Some(namespaces) = namespaces {
+        started.server = started.server.with_namespaces(namespaces);
+    }
     if args.cluster.cluster {
         let broker = started.server.broker().clone();
         let node = ClusterNode::bind(&args.cluster, broker, namespace_store).await?;
@@ -199,4 +244,19 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
         "ironbus is listening"
     );
     Ok(started)
+}
+
+/// Opens a namespace besides the default one: a broker over each store's view under the
+/// namespace's key prefix, with the default namespace's options.
+fn namespace_opener(stores: Vec<Arc<dyn Store>>, options: BrokerOptions) -> OpenNamespace {
+    Arc::new(move |name: String| {
+        let prefix = PrefixedStore::namespace_prefix(&name);
+        let views: Vec<Arc<dyn Store>> = stores
+            .iter()
+            .map(|store| {
+                Arc::new(PrefixedStore::new(store.clone(), prefix.clone())) as Arc<dyn Store>
+            })
+            .collect();
+        Box::pin(async move { Broker::open_with(views, Arc::new(SystemClock), options).await })
+    })
 }

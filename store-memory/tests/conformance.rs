@@ -82,7 +82,8 @@ async fn limits_case_catches_a_store_that_ignores_its_limits() {
 ironbus_core::store_conformance_suite!(prefixed_memory, || async {
     let shared = Arc::new(MemoryStore::new());
     let mut others = WriteBatch::new();
-    for key in [&b"a"[..], b"zz", b"\xff", b"\xffns\x00other\x00k", b"\xffns\x00t\x01", b"\xff\xff"] {
+    for key in [&b"a"[..], b"zz", b"\xff", b"\xffns\x00other\x00k", b"\xffns\x00t\x01", b"\xff\xff"]
+    {
         others.put(Bytes::copy_from_slice(key), Bytes::from_static(b"not yours"));
     }
     shared.write(others).await.unwrap();

@@ -68,7 +68,7 @@ use fe2o3_amqp_types::performatives::{Close, Open, Performative};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use ironbus_core::auth::Authorizer;
-use ironbus_core::{Broker, Shutdown};
+use ironbus_core::{Broker, Namespaces, Shutdown};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
@@ -109,7 +109,13 @@ const FRAMES_PER_TURN: usize = 256;
 /// What a connection needs from the server.
 #[derive(Debug)]
 pub struct ConnectionContext {
+    /// The broker of the connection's namespace (the default one until the Open names another).
     pub broker: Broker,
+    /// The namespaces served, when there are several: the Open's hostname selects one
+    /// ([`Namespaces`]).
+    pub namespaces: Option<Namespaces>,
+    /// The namespace the connection is to (`None`: the default one).
+    pub namespace: Option<String>,
     pub authorizer: Arc<Authorizer>,
     pub container_id: String,
     /// Bytes a connection may have waiting to be written ([`AmqpOptions::max_write_buffer`](crate::AmqpOptions::max_write_buffer)).
@@ -420,6 +426,19 @@ impl Connection {
             }
             other => return Err(FrameError::Malformed(format!("expected open, got {other:?}"))),
         };
+        // The namespace the client addresses, by the Open's hostname.
+        let namespace = match (&self.cx.namespaces, open.hostname.as_deref()) {
+            (Some(namespaces), Some(host)) => Some(namespaces.resolve(Some(host)).await),
+            _ => None,
+        };
+        let refused = match namespace {
+            Some(Ok((Some(name), broker))) => {
+                self.enter_namespace(name, broker);
+                None
+            }
+            Some(Err(e)) => Some(WireError::from(e)),
+            Some(Ok((None, _))) | None => None,
+        };
         self.remote_max_frame =
             open.max_frame_size.0.clamp(frame::MIN_MAX_FRAME_SIZE, MAX_FRAME_SIZE);
         self.remote_idle =
@@ -438,7 +457,28 @@ impl Connection {
         };
         frame::write_performative(&mut self.out, 0, &Performative::Open(reply));
         self.flush();
+        if let Some(error) = refused {
+            let description = error.description.clone();
+            self.close_with_error(error);
+            return Err(FrameError::Malformed(format!("namespace refused: {description}")));
+        }
         Ok(())
+    }
+
+    /// Serves the namespace `name` from now on: its broker, and transactions declared on it.
+    fn enter_namespace(&mut self, name: String, broker: Broker) {
+        let cx = &self.cx;
+        self.cx = Arc::new(ConnectionContext {
+            broker: broker.clone(),
+            namespaces: cx.namespaces.clone(),
+            namespace: Some(name),
+            authorizer: cx.authorizer.clone(),
+            container_id: cx.container_id.clone(),
+            max_write_buffer: cx.max_write_buffer,
+            write_stall_timeout: cx.write_stall_timeout,
+            stats: cx.stats.clone(),
+        });
+        self.txns = Transactions::new(broker);
     }
 
     async fn run<R: tokio::io::AsyncRead + Unpin>(

@@ -20,7 +20,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ironbus_core::auth::Authorizer;
 use ironbus_core::transport::TransportError;
-use ironbus_core::{Broker, Shutdown, Transport};
+use ironbus_core::{Broker, Namespaces, Shutdown, Transport};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -74,6 +74,7 @@ pub struct AmqpTransport {
     authorizer: Arc<Authorizer>,
     options: AmqpOptions,
     stats: Arc<AmqpStats>,
+    namespaces: Option<Namespaces>,
 }
 
 impl fmt::Debug for AmqpTransport {
@@ -108,6 +109,7 @@ impl AmqpTransport {
             authorizer,
             options,
             stats: Arc::default(),
+            namespaces: None,
         })
     }
 
@@ -120,6 +122,12 @@ impl AmqpTransport {
     ) -> std::io::Result<()> {
         self.tls = Some((TcpListener::bind(addr).await?, TlsAcceptor::from(config)));
         Ok(())
+    }
+
+    /// Serves several namespaces: a connection is to the one its Open's hostname selects (the
+    /// broker [`serve`](Transport::serve) is given serves the others).
+    pub fn serve_namespaces(&mut self, namespaces: Namespaces) {
+        self.namespaces = Some(namespaces);
     }
 
     /// What hands other front ends' streams (WebSockets) to this transport.
@@ -153,12 +161,22 @@ impl Transport for AmqpTransport {
         broker: Broker,
         mut shutdown: Shutdown,
     ) -> Result<(), TransportError> {
-        let AmqpTransport { listener, tls, mut streams, sender, authorizer, options, stats } =
-            *self;
+        let AmqpTransport {
+            listener,
+            tls,
+            mut streams,
+            sender,
+            authorizer,
+            options,
+            stats,
+            namespaces,
+        } = *self;
         // Only other front ends' senders keep the channel open.
         drop(sender);
         let cx = Arc::new(ConnectionContext {
             broker,
+            namespaces,
+            namespace: None,
             authorizer,
             container_id: "ironbus".to_owned(),
             max_write_buffer: options.max_write_buffer,

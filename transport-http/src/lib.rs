@@ -107,6 +107,10 @@ pub struct HttpConfig {
     pub websocket: Option<WebSocketHook>,
     /// A cluster node's id: `/health` then also says where every partition runs.
     pub node_id: Option<String>,
+    /// The namespaces served, when there are several: a request is to the one its `Host`
+    /// selects ([`Namespaces`](ironbus_core::Namespaces)); the broker the transport serves is
+    /// the default one.
+    pub namespaces: Option<ironbus_core::Namespaces>,
 }
 
 impl HttpConfig {
@@ -122,6 +126,7 @@ impl HttpConfig {
             limits: ConnectionLimits::default(),
             websocket: None,
             node_id: None,
+            namespaces: None,
         }
     }
 }
@@ -200,6 +205,7 @@ impl Transport for HttpTransport {
         let counter = ConnectionCounter::new(self.config.limits);
         if let Some(listener) = self.plain {
             let app = App {
+                namespace: None,
                 broker: broker.clone(),
                 config: self.config.clone(),
                 listener: Listener::Plain,
@@ -207,7 +213,12 @@ impl Transport for HttpTransport {
             listeners.spawn(accept_loop(listener, None, app, counter.clone(), shutdown.clone()));
         }
         if let Some((listener, acceptor)) = self.tls {
-            let app = App { broker, config: self.config.clone(), listener: Listener::Tls };
+            let app = App {
+                namespace: None,
+                broker,
+                config: self.config.clone(),
+                listener: Listener::Tls,
+            };
             listeners.spawn(accept_loop(listener, Some(acceptor), app, counter, shutdown.clone()));
         }
         while listeners.join_next().await.is_some() {}

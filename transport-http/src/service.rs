@@ -47,7 +47,10 @@ pub enum Listener {
 /// The state every request sees.
 #[derive(Debug, Clone)]
 pub struct App {
+    /// The broker of the request's namespace.
     pub broker: Broker,
+    /// The request's namespace when several are served and it is not the default one.
+    pub namespace: Option<String>,
     pub config: Arc<HttpConfig>,
     pub listener: Listener,
 }
@@ -60,6 +63,10 @@ pub fn router(app: App) -> axum::Router {
 async fn dispatch(State(app): State<App>, request: Request) -> Response {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
+    let app = match app.in_namespace(&parts).await {
+        Ok(app) => app,
+        Err(error) => return error.into_response(),
+    };
     let mut operation = Operation::Other;
     // A panic would be a bug; the net turns it into a 500 instead of a dropped connection.
     let handled = AssertUnwindSafe(app.handle(&parts, body, &mut operation)).catch_unwind().await;
@@ -108,6 +115,46 @@ fn empty(status: StatusCode) -> Response {
 }
 
 impl App {
+    /// This app for the namespace the request's host selects, when several are served.
+    async fn in_namespace(self, parts: &Parts) -> Result<App, HttpError> {
+        let Some(namespaces) = &self.config.namespaces else { return Ok(self) };
+        let host = parts
+            .headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| parts.uri.authority().map(|a| a.as_str()));
+        match namespaces.resolve(host).await {
+            Ok((None, _)) => Ok(self),
+            Ok((name, broker)) => Ok(App { broker, namespace: name, ..self }),
+            Err(e) => Err(HttpError::from_broker(e, Plane::Management)),
+        }
+    }
+
+    /// The name of the request's namespace.
+    fn namespace_name(&self) -> &str {
+        self.namespace.as_deref().unwrap_or(&self.config.namespace)
+    }
+
+    /// Whether `token` is for the request's namespace: when several are served, the host of
+    /// the URI it is for must select the same one (a token for a bare path fits any).
+    fn token_in_namespace(&self, token: &str) -> Result<(), HttpError> {
+        let Some(namespaces) = &self.config.namespaces else { return Ok(()) };
+        let Ok(Some(host)) = ironbus_core::auth::token_host(token) else { return Ok(()) };
+        let for_namespace = namespaces.name_for_host(&host);
+        if for_namespace == self.namespace {
+            return Ok(());
+        }
+        let default = namespaces.default_name();
+        Err(HttpError::unauthorized(&AuthError::new(
+            AuthErrorKind::InvalidSignature,
+            format!(
+                "the token is for namespace '{}', and this request is to namespace '{}'",
+                for_namespace.as_deref().unwrap_or(default),
+                self.namespace.as_deref().unwrap_or(default)
+            ),
+        )))
+    }
+
     async fn handle(
         &self,
         parts: &Parts,
@@ -147,7 +194,7 @@ impl App {
                 self.authorize(parts, &path, Right::Manage).await?;
                 let body = atom::namespace_info(
                     &self.base(parts),
-                    &self.config.namespace,
+                    self.namespace_name(),
                     self.config.started_at,
                     self.config.tier,
                 );
@@ -284,6 +331,7 @@ impl App {
             ))
         })?;
         let token = token.trim();
+        self.token_in_namespace(token)?;
         let now = self.broker.clock().now();
         let authorizer = &self.config.authorizer;
         let claim = match authorizer.verify_token(token, now) {

@@ -366,6 +366,7 @@ fn start_one(
         http_url: format!("http://{http}"),
         http_urls: vec![format!("http://{http}")],
         ca_cert: data_dir.join("tls").join("ca.pem"),
+        namespaces_on_demand: true,
     };
     eprintln!(
         "xtask: server listening on {addr}, amqps {amqps}, http {http}, https {https}; log: {}",
@@ -377,7 +378,9 @@ fn start_one(
 /// The server flags the suites need: `--testing-fault-injection`, with which the admin tests
 /// make a partition unavailable (`POST /$ironbus/faults`); the server is built with the feature
 /// that has it ([`SERVER_FEATURES`]).
-const TESTING_FLAGS: &[&str] = &["--testing-fault-injection"];
+/// Flags of the single server the suites run against: the fault endpoint, and namespaces on
+/// demand (`test_namespaces.py`, told by `IRONBUS_NAMESPACES_ON_DEMAND`).
+const TESTING_FLAGS: &[&str] = &["--testing-fault-injection", "--namespaces-on-demand"];
 
 fn names(suites: &[&Suite]) -> String {
     suites.iter().map(|suite| suite.name).collect::<Vec<_>>().join(", ")
@@ -406,6 +409,8 @@ struct Target {
     /// The development CA the HTTPS listener's certificate chains to (`IRONBUS_CA_CERT`, and
     /// `NODE_EXTRA_CA_CERTS` for node).
     ca_cert: PathBuf,
+    /// Whether the server creates namespaces on demand (`IRONBUS_NAMESPACES_ON_DEMAND=1`).
+    namespaces_on_demand: bool,
 }
 
 /// The admin clients' connection string: `localhost` (the development certificate's name) and
@@ -636,6 +641,7 @@ fn run_suite(suite: &Suite, target: &Target, runner_args: &[String]) -> Result<b
         .env("IRONBUS_HTTP_URL", &target.http_url)
         .env("IRONBUS_HTTP_URLS", target.http_urls.join(" "))
         .env("IRONBUS_CA_CERT", &target.ca_cert)
+        .env("IRONBUS_NAMESPACES_ON_DEMAND", if target.namespaces_on_demand { "1" } else { "0" })
         .env("IRONBUS_POLICIES", policies_env())
         .env("NODE_EXTRA_CA_CERTS", &target.ca_cert);
     eprintln!("$ (cd {}) {}", suite.dir, shown(&command));

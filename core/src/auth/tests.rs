@@ -584,3 +584,13 @@ fn entity_rules_sign_tokens_for_their_entity_only() {
     assert_eq!(token_audience(&token).unwrap().as_str(), "q");
     assert_eq!(token_audience("junk").unwrap_err().kind, Malformed);
 }
+
+#[test]
+fn a_tokens_host_is_the_host_of_the_uri_it_is_for() {
+    let host = |resource: &str| token_host(&generate_token(resource, ROOT, KEY, at_seconds(SE)));
+    assert_eq!(host("sb://test-1.localhost/q").unwrap().as_deref(), Some("test-1.localhost"));
+    assert_eq!(host("amqps://ns.localhost:5671").unwrap().as_deref(), Some("ns.localhost:5671"));
+    assert_eq!(host("https://h?x=1").unwrap().as_deref(), Some("h"));
+    assert_eq!(host("q/subscriptions/s").unwrap(), None);
+    assert!(token_host("not a token").is_err());
+}

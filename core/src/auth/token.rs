@@ -160,6 +160,17 @@ pub fn token_audience(token: &str) -> Result<Audience, AuthError> {
     Ok(SasToken::parse(token)?.audience)
 }
 
+/// The host of the URI a SAS token is for (`sr`), with its port if it has one: `None` when the
+/// resource is a bare path. What selects the namespace a token is for ([`crate::Namespaces`]).
+pub fn token_host(token: &str) -> Result<Option<String>, AuthError> {
+    let resource = SasToken::parse(token)?.raw_resource;
+    let resource = percent::decode(resource)
+        .ok_or_else(|| AuthError::malformed("token parameter sr is not validly url-encoded"))?;
+    let Some((_, rest)) = resource.split_once("://") else { return Ok(None) };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    Ok((!host.is_empty()).then(|| host.to_owned()))
+}
+
 /// Decimal digits only (no sign, no spaces), fitting an `i64`.
 fn parse_seconds(text: &str) -> Option<i64> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 
-use super::{prefix_end, BatchOp, KeyValue, Store, StoreError, StoreHealth, WriteBatch, WriteLimits};
+use super::{
+    prefix_end, BatchOp, KeyValue, Store, StoreError, StoreHealth, WriteBatch, WriteLimits,
+};
 
 /// A view of `inner` in which every key is stored under `prefix`.
 ///
@@ -90,7 +92,9 @@ impl Store for PrefixedStore {
         page.into_iter()
             .map(|(key, value)| match key.get(..strip) {
                 Some(p) if p == self.prefix => Ok((key.slice(strip..), value)),
-                _ => Err(StoreError::corrupted("a prefixed scan returned a key outside its prefix")),
+                _ => {
+                    Err(StoreError::corrupted("a prefixed scan returned a key outside its prefix"))
+                }
             })
             .collect()
     }

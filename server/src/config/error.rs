@@ -47,7 +47,7 @@ impl ConfigError {
     }
 
     /// A mistake that `message` describes.
-    pub(super) fn invalid(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
         ConfigErrorKind::Invalid(message.into()).into()
     }
 }

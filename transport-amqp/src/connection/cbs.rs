@@ -10,7 +10,7 @@
 
 use fe2o3_amqp_types::primitives::Value;
 use ironbus_core::auth::{
-    token_audience, AuthError, AuthErrorKind, Authorizer, Claim, EntityRules, Right,
+    token_audience, token_host, AuthError, AuthErrorKind, Authorizer, Claim, EntityRules, Right,
 };
 use ironbus_core::transport::authorization::{entity_rules, named_entity};
 use ironbus_core::BrokerError;
@@ -85,6 +85,8 @@ impl Connection {
             };
             let verified =
                 verify_put_token(&self.cx.broker, &self.cx.authorizer, token, self.now()).await;
+            // A token for another namespace's host does not open this one's entities.
+            let verified = verified.and_then(|claim| self.in_namespace(token).map(|()| claim));
             // The audience the request names must lie within what the token is for.
             let verified = verified.and_then(|claim| match request.property("name") {
                 Some(name) if !claim.audience.covers(&name) => Err(Refusal {
@@ -131,6 +133,30 @@ impl Connection {
 }
 
 /// Why a put-token was refused: the CBS status and its description.
+impl Connection {
+    /// Whether `token` is for this connection's namespace: when several are served, the host
+    /// of the URI it is for must select the namespace the connection's Open did (a token for a
+    /// bare path is for whichever namespace it is put on).
+    fn in_namespace(&self, token: &str) -> Result<(), Refusal> {
+        let Some(namespaces) = &self.cx.namespaces else { return Ok(()) };
+        let Ok(Some(host)) = token_host(token) else { return Ok(()) };
+        let for_namespace = namespaces.name_for_host(&host);
+        if for_namespace == self.cx.namespace {
+            return Ok(());
+        }
+        let name =
+            |n: &Option<String>| n.clone().unwrap_or_else(|| namespaces.default_name().to_owned());
+        Err(Refusal {
+            status: 401,
+            description: format!(
+                "the token is for namespace '{}', and this connection is to namespace '{}'",
+                name(&for_namespace),
+                name(&self.cx.namespace)
+            ),
+        })
+    }
+}
+
 #[derive(Debug)]
 struct Refusal {
     status: i32,

@@ -72,6 +72,8 @@ pub(super) fn start(
         http_url: http(1),
         http_urls: (0..NODES).map(http).collect(),
         ca_cert: nodes.tls_dir().join("ca.pem"),
+        // A cluster serves one namespace.
+        namespaces_on_demand: false,
     };
     eprintln!(
         "xtask: {NODES} nodes settled after {:.1} s: AMQP on {} ({}), HTTPS and HTTP on {} ({}, \
