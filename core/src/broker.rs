@@ -29,6 +29,7 @@ mod forwarding;
 mod namespace;
 mod queues;
 mod receiving;
+mod removal;
 mod sending;
 mod sessions;
 mod topics;
