@@ -75,8 +75,7 @@ async fn a_deleted_queue_leaves_no_key_behind_its_delete() {
         let broker = broker.clone();
         tokio::spawn(async move {
             for (i, token) in locked.into_iter().enumerate() {
-                let disposition =
-                    if i % 2 == 0 { abandon() } else { Disposition::Complete };
+                let disposition = if i % 2 == 0 { abandon() } else { Disposition::Complete };
                 let _ = broker.settle("q", token, disposition).await;
             }
         })
@@ -104,8 +103,10 @@ async fn a_deleted_topic_leaves_no_key_of_it_or_its_subscriptions() {
         entity_prefix(partition_key_prefix(&broker, "t/Subscriptions/s", PartitionId(0)).unwrap());
     assert_ne!(topic_prefix, sub_prefix);
     broker.send("t", (0..10).map(|i| Message::new(format!("m{i}"))).collect()).await.unwrap();
-    let receiver =
-        broker.open_receiver(common::addr("t/Subscriptions/s"), ReceiveMode::PeekLock).await.unwrap();
+    let receiver = broker
+        .open_receiver(common::addr("t/Subscriptions/s"), ReceiveMode::PeekLock)
+        .await
+        .unwrap();
     receiver.add_credit(4);
     let mut locked = Vec::new();
     for _ in 0..4 {

@@ -43,9 +43,9 @@ impl Broker {
         let name = entity.path.as_str();
         for (index, token) in halted.0 {
             let Some(partition) = entity.partitions.get(index) else { continue };
-            let started = partition.route.switch(|spec| {
-                self.start_local(entity.id, name, partition.id, spec, token)
-            });
+            let started = partition
+                .route
+                .switch(|spec| self.start_local(entity.id, name, partition.id, spec, token));
             if let Err(e) = started {
                 tracing::warn!(entity = %entity.path, error = %e, "could not restart a partition");
             }

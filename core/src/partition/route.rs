@@ -55,11 +55,14 @@ pub enum Owner {
     Unknown,
 }
 
+/// An actor's channel.
+pub(crate) type Actor = mpsc::UnboundedSender<(LaneId, Command)>;
+
 /// Where a route sends commands now.
 #[derive(Clone)]
 pub(crate) enum Target {
     /// The actor on this node, and the fence token it runs under (`None`: unfenced).
-    Local(mpsc::UnboundedSender<(LaneId, Command)>, Option<u64>),
+    Local(Actor, Option<u64>),
     /// The owner on another node.
     Remote(Arc<dyn RemotePartition>),
     /// No owner known (a cluster node before it learns one): refused, retriably.
@@ -268,9 +271,7 @@ impl Route {
     /// Stops sending commands to the actor running here, if one does: commands wait on the
     /// route from now on (as while no owner is known). Returns the actor's channel and its
     /// fence token, for the caller to stop it — and [`Route::switch`] back on, if it must.
-    pub(crate) fn hold_local(
-        &self,
-    ) -> Option<(mpsc::UnboundedSender<(LaneId, Command)>, Option<u64>)> {
+    pub(crate) fn hold_local(&self) -> Option<(Actor, Option<u64>)> {
         let mut state = self.write();
         if !matches!(state.target, Target::Local(..)) {
             return None;
