@@ -207,6 +207,7 @@ impl Broker {
         let halted = self.halt(&entity).await;
         let mut batch = WriteBatch::new();
         batch.delete(keys::entity(entity.path.key()));
+        batch.delete(keys::activity(entity.id));
         let prefix = keys::entity_prefix(entity.id);
         let end = crate::store::prefix_end(&prefix);
         batch.delete_range(prefix, end);

@@ -163,6 +163,11 @@ impl Broker {
             id: record.id,
             path,
             kind: EntityKind::Subscription,
+            activity: {
+                let activity = super::idle::Activity::new(self.inner.clock.clone(), &record);
+                activity.also_for_topic(&topic.record());
+                activity
+            },
             record: std::sync::RwLock::new(record),
             description: std::sync::RwLock::new(config.description.clone()),
             partitions,
@@ -358,6 +363,7 @@ impl Broker {
         }
         for e in &gone {
             batch.delete(keys::entity(e.path.key()));
+            batch.delete(keys::activity(e.id));
             if has_partitions(e.kind) {
                 let prefix = keys::entity_prefix(e.id);
                 let end = crate::store::prefix_end(&prefix);
@@ -531,6 +537,7 @@ impl Broker {
             RuleSet::compile(&rules)?,
         );
         subscription.set_record(subscription.record(), config.description.clone());
+        subscription.activity.also_for_topic(&topic.record());
         for partition in &subscription.partitions {
             partition.send(Command::Configure(config.clone()));
         }
