@@ -80,7 +80,7 @@ impl std::fmt::Debug for Activity {
 }
 
 impl Activity {
-    /// An entity last used at `since` (its record's last update).
+    /// An entity last used, as far as this node knows yet, at its record's last update.
     pub(crate) fn new(clock: Arc<dyn Clock>, record: &EntityRecord) -> Self {
         Activity {
             clock,
