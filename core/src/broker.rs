@@ -26,9 +26,11 @@
 
 mod cluster;
 mod forwarding;
+mod idle;
 mod namespace;
 mod queues;
 mod receiving;
+mod removal;
 mod sending;
 mod sessions;
 mod topics;
@@ -37,6 +39,7 @@ pub(crate) mod transactions;
 pub use crate::partition::Owner;
 pub use cluster::{PartitionRef, Placement};
 pub use forwarding::creation_order;
+pub use idle::{IDLE_TICK, STORED_MARGIN};
 pub use namespace::NamespaceListener;
 pub use queues::{Availability, QueueInfo, QueueRuntime};
 pub use sending::SendFuture;
@@ -84,6 +87,8 @@ pub(crate) struct EntityHandle {
     forwarder: AtomicBool,
     /// Whether the forwarder of its send-via transfer queue runs.
     send_via_forwarder: AtomicBool,
+    /// Its use as this node sees it (AutoDeleteOnIdle, `broker/idle.rs`).
+    pub(crate) activity: idle::Activity,
 }
 
 impl fmt::Debug for EntityHandle {
@@ -102,6 +107,7 @@ impl EntityHandle {
     }
 
     fn set_record(&self, record: EntityRecord, description: Arc<QueueDescription>) {
+        self.activity.configure(&record);
         *self.record.write().unwrap_or_else(|e| e.into_inner()) = record;
         *self.description.write().unwrap_or_else(|e| e.into_inner()) = description;
     }
@@ -254,6 +260,7 @@ impl Broker {
         broker.inner.namespace_version.store(version, Ordering::Release);
         let records = broker.read_records().await?;
         broker.start_all(records)?;
+        broker.start_idle_sweep();
         Ok(broker)
     }
 
@@ -405,10 +412,12 @@ impl Broker {
                 })
                 .collect::<Result<_>>()?
         };
+        let activity = idle::Activity::new(self.inner.clock.clone(), &record);
         Ok(Arc::new(EntityHandle {
             id: record.id,
             path,
             kind,
+            activity,
             record: RwLock::new(record),
             description: RwLock::new(description),
             partitions,
@@ -437,7 +446,7 @@ impl Broker {
                 format!("{path:?} is not the path of a {}", kind.as_str()),
             ));
         }
-        match description {
+        let created = match description {
             EntityDescription::Queue(_) | EntityDescription::Topic(_) => {
                 self.create_top_level(path, description).await
             }
@@ -445,7 +454,9 @@ impl Broker {
                 self.create_subscription(path, subscription, None).await
             }
             EntityDescription::Rule(rule) => self.create_rule(path, rule).await,
-        }
+        };
+        self.note_management(path);
+        created
     }
 
     /// Creates a queue or a topic.
@@ -619,24 +630,28 @@ impl Broker {
                 description.kind().as_str()
             )));
         }
-        match entity.kind {
+        let updated = match entity.kind {
             EntityKind::Queue => self.update_queue_entity(entity, record, description).await,
             EntityKind::Topic | EntityKind::Subscription | EntityKind::Rule => {
                 self.update_topic_entity(entity, record, description).await
             }
-        }
+        };
+        self.note_management(path);
+        updated
     }
 
     /// Deletes an entity and every message in it. Every partition must be available.
     pub async fn delete_entity(&self, path: &EntityPath) -> Result<()> {
         let _guard = self.manage().await;
         let entity = self.entity(path)?;
-        match entity.kind {
+        let deleted = match entity.kind {
             EntityKind::Queue => self.delete_queue_entity(entity).await,
             EntityKind::Topic | EntityKind::Subscription | EntityKind::Rule => {
                 self.delete_topic_entity(entity).await
             }
-        }
+        };
+        self.note_management(path);
+        deleted
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! Entity names follow Service Bus's rules ([`validate_entity_name`]); [`NamespaceLimits`]
 //! holds the namespace quotas (queues and topics count against the entity quota). Some
-//! properties are kept and reported but not acted on: AutoDeleteOnIdle, EnableExpress.
+//! properties are kept and reported but not acted on: EnableExpress. AutoDeleteOnIdle is
+//! acted on by `broker/idle.rs`.
 
 pub(crate) mod topic;
 
@@ -85,9 +86,8 @@ pub struct QueueDescription {
     pub user_metadata: Option<String>,
     /// Shared access keys scoped to this queue (ATOM `AuthorizationRules`).
     pub authorization_rules: Vec<AuthorizationRule>,
-    /// The idle time after which Service Bus deletes the queue: 5 min to never (the default).
-    /// Kept and reported as set; ironbus does not delete idle entities (as for topics and
-    /// subscriptions).
+    /// The idle time after which the queue is deleted: 5 min to never (the default,
+    /// [`TIME_SPAN_MAX`]). What counts as use: `broker/idle.rs`.
     pub auto_delete_on_idle: Duration,
     /// Service Bus's express entities (held in memory before they are stored). Kept and
     /// reported as set; ironbus stores every message the same way.

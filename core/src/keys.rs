@@ -6,6 +6,8 @@
 //! n i                                     next entity id (u64 big-endian)
 //! n c                                     number of stores the namespace was created with
 //! n v                                     namespace version: moves with every management write
+//! n a <entity id u64>                     the entity's last activity as stored (ms, i64
+//!                                         big-endian; AutoDeleteOnIdle, `broker/idle.rs`)
 //! p <entity id u64> <partition u16> s     partition record (sequence counter)
 //! p <entity id u64> <partition u16> b <seq u64>   message body (what the sender sent; written once)
 //! p <entity id u64> <partition u16> m <seq u64>   meta record of a message in the main queue
@@ -46,6 +48,7 @@ const ENTITY: u8 = b'e';
 const NEXT_ENTITY_ID: u8 = b'i';
 const STORE_COUNT: u8 = b'c';
 const NAMESPACE_VERSION: u8 = b'v';
+const ACTIVITY: u8 = b'a';
 const PARTITION: u8 = b'p';
 const PARTITION_RECORD: u8 = b's';
 const DEDUP: u8 = b'u';
@@ -82,6 +85,15 @@ pub fn next_entity_id() -> Bytes {
 /// changes by reading it (`broker/namespace.rs`).
 pub fn namespace_version() -> Bytes {
     Bytes::from_static(&[NAMESPACE, NAMESPACE_VERSION])
+}
+
+/// The key of an entity's stored last activity (see `broker/idle.rs`), in the namespace store.
+pub fn activity(id: EntityId) -> Bytes {
+    let mut k = BytesMut::with_capacity(10);
+    k.put_u8(NAMESPACE);
+    k.put_u8(ACTIVITY);
+    k.put_u64(id);
+    k.freeze()
 }
 
 pub fn store_count() -> Bytes {

@@ -25,8 +25,8 @@
 //!   private `rules` (a subscription's compiled rules), [`auth`] (SAS).
 //! - [`Transport`] is the front-end plug-in, [`Store`] the storage plug-in, with
 //!   its key layout in `keys` and record encodings in `codec`; [`metrics`] catalogues
-//!   every metric the core emits. Feature `testing`: the store conformance suite and a store
-//!   wrapper that injects outages.
+//!   every metric the core emits. Feature `testing`: the store conformance suite and store
+//!   wrappers that inject outages or record writes.
 //!
 //! # Where work goes
 //!
@@ -40,10 +40,12 @@
 //!   start and cannot change: it decides where every partition's data is.
 //! - **Management.** **Architecture Invariant:** an entity's record in the store is the commit
 //!   point of create and delete; partition data exists only under a live entity id (ids are
-//!   never reused). **Architecture Invariant:** management operations are serialized by one
-//!   mutex; create, update and delete act on every partition and fail as a whole if one is
-//!   unavailable. A topic's delete removes its subscriptions and rules in the same namespace
-//!   write.
+//!   never reused): a delete stops the partitions running here before it writes, and those
+//!   running elsewhere write under a fence the delete removes. **Architecture Invariant:**
+//!   management operations are serialized by one mutex; create, update and delete act on every
+//!   partition and fail as a whole if one is unavailable. A topic's delete removes its
+//!   subscriptions and rules in the same namespace write. An entity unused for its
+//!   AutoDeleteOnIdle is deleted the same way, on the broker's clock (`broker/idle.rs`).
 //! - **Sends.** **Architecture Invariant:** one send call is one atomic write to one
 //!   partition. On a partitioned entity the messages of a batch that name a key (SessionId or
 //!   PartitionKey) must name the same one (else InvalidOperation); a batch without such a key

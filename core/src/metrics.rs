@@ -27,6 +27,9 @@ pub const MESSAGES_EXPIRED_TOTAL: &str = "ironbus_broker_messages_expired_total"
 pub const DUPLICATES_DROPPED_TOTAL: &str = "ironbus_broker_duplicates_dropped_total";
 /// Message locks that expired before settlement.
 pub const LOCK_EXPIRATIONS_TOTAL: &str = "ironbus_broker_lock_expirations_total";
+/// Queues, topics and subscriptions deleted for being idle for their AutoDeleteOnIdle. Label:
+/// `entity_kind`.
+pub const ENTITIES_AUTO_DELETED_TOTAL: &str = "ironbus_broker_entities_auto_deleted_total";
 /// Messages published to a topic that no subscription took (accepted and discarded).
 pub const MESSAGES_UNMATCHED_TOTAL: &str = "ironbus_broker_messages_unmatched_total";
 /// Copies of published messages a subscription did not take: its rules did not match, it has

@@ -258,6 +258,9 @@ pub struct Receiver {
     entity: Arc<EntityHandle>,
     /// A session receiver's partition: the only one that feeds it.
     only: Option<PartitionId>,
+    /// Whether it is a client's, whose receives use its entity (AutoDeleteOnIdle); a
+    /// forwarder's is not.
+    client: bool,
 }
 
 impl fmt::Debug for Receiver {
@@ -277,11 +280,11 @@ impl Receiver {
         mode: ReceiveMode,
         queue: SubQueue,
     ) -> Self {
-        Self::attach_with(entity, ReceiverShared::new(id, mode, queue))
+        Self::attach_with(entity, ReceiverShared::new(id, mode, queue), true)
     }
 
     /// A receiver fed only by the partitions that run on this node (see
-    /// `ReceiverShared::local_only`).
+    /// `ReceiverShared::local_only`): a forwarder's, whose receives are no use of the entity.
     pub(crate) fn attach_local(
         entity: Arc<EntityHandle>,
         id: u64,
@@ -289,10 +292,10 @@ impl Receiver {
         queue: SubQueue,
     ) -> Self {
         let shared = ReceiverShared { local_only: true, ..ReceiverShared::new(id, mode, queue) };
-        Self::attach_with(entity, shared)
+        Self::attach_with(entity, shared, false)
     }
 
-    fn attach_with(entity: Arc<EntityHandle>, shared: ReceiverShared) -> Self {
+    fn attach_with(entity: Arc<EntityHandle>, shared: ReceiverShared, client: bool) -> Self {
         let queue = shared.queue;
         let shared = Arc::new(shared);
         let weak = Arc::downgrade(&entity);
@@ -307,7 +310,10 @@ impl Receiver {
         for partition in &entity.partitions {
             partition.send(Command::Attach(shared.clone()));
         }
-        Receiver { shared, entity, only: None }
+        if client {
+            entity.activity.receiver_opened();
+        }
+        Receiver { shared, entity, only: None, client }
     }
 
     /// A receiver fed by one partition only, which has registered `shared` already (a
@@ -317,7 +323,8 @@ impl Receiver {
         shared: Arc<ReceiverShared>,
         partition: PartitionId,
     ) -> Self {
-        Receiver { shared, entity, only: Some(partition) }
+        entity.activity.receiver_opened();
+        Receiver { shared, entity, only: Some(partition), client: true }
     }
 
     /// The partitions that feed this receiver.
@@ -413,6 +420,8 @@ impl Receiver {
             {
                 let mut s = self.shared.lock();
                 if let Some(m) = s.buffer.pop_front() {
+                    drop(s);
+                    self.used();
                     return Some(m);
                 }
                 if s.closed {
@@ -425,7 +434,18 @@ impl Receiver {
 
     /// The next delivered message, if one is buffered.
     pub fn try_recv(&self) -> Option<ReceivedMessage> {
-        self.shared.lock().buffer.pop_front()
+        let received = self.shared.lock().buffer.pop_front();
+        if received.is_some() {
+            self.used();
+        }
+        received
+    }
+
+    /// A client's receive uses the entity (AutoDeleteOnIdle).
+    fn used(&self) {
+        if self.client {
+            self.entity.activity.touch();
+        }
     }
 
     /// Delivers what every partition has, up to the credit, then sets the credit to zero.
@@ -462,6 +482,9 @@ impl Drop for Receiver {
     /// released (unlocked without counting a delivery): the client never saw them.
     fn drop(&mut self) {
         self.shared.close();
+        if self.client {
+            self.entity.activity.receiver_closed();
+        }
         let unseen = std::mem::take(&mut self.shared.lock().buffer);
         for message in unseen {
             let Some(lock) = message.lock else { continue };

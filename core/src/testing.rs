@@ -8,6 +8,8 @@
 //!   few writes), for testing how the core copes with a failing store.
 //! - [`LimitedStore`]: wraps a store and gives it write limits, recording the largest batch it
 //!   was handed, for testing that the core keeps within a store's limits.
+//! - [`RecordingStore`]: wraps a store and records every batch it applied, in order, for
+//!   testing what the core wrote (nothing under a deleted entity after its delete).
 //! - [`backlog`]: a large backlog filled, recovered after a restart and drained, on the
 //!   stores a benchmark gives it (each store crate's `benches/backlog.rs`).
 //! - [`TempDir`]: a unique scratch directory for stores that live on disk.
@@ -20,6 +22,7 @@ pub mod backlog;
 pub mod conformance;
 mod faulty;
 mod limited;
+mod recording;
 mod temp_dir;
 
 use std::sync::Arc;
@@ -33,6 +36,7 @@ use crate::{Broker, Result};
 
 pub use faulty::FaultyStore;
 pub use limited::LimitedStore;
+pub use recording::RecordingStore;
 pub use temp_dir::TempDir;
 
 /// The store's key layout (`crate::keys`, private to the core), for tests that reach one

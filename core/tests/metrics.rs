@@ -332,3 +332,25 @@ fn a_failed_write_counts_nothing_so_what_is_retried_counts_once() {
     assert_eq!(counter(&snapshot, m::MESSAGES_INCOMING_TOTAL, &kind), 1);
     assert_eq!(counter(&snapshot, m::MESSAGES_OUTGOING_TOTAL, &kind), 1);
 }
+
+#[test]
+fn entities_deleted_for_idleness_are_counted_by_kind() {
+    let (snapshot, ()) = recorded(async {
+        let clock = Arc::new(ManualClock::default());
+        let broker =
+            Broker::open(Arc::new(MemoryStore::new()), clock.clone(), NamespaceLimits::default())
+                .await
+                .unwrap();
+        let idle = Duration::from_secs(300);
+        let queue = QueueDescription { auto_delete_on_idle: idle, ..Default::default() };
+        broker.create_queue("q", queue).await.unwrap();
+        let topic = TopicDescription { auto_delete_on_idle: idle, ..Default::default() };
+        let path = EntityPath::parse("t").unwrap();
+        broker.create_entity(&path, EntityDescription::Topic(topic)).await.unwrap();
+        clock.advance(idle);
+        broker.sweep_idle().await;
+    });
+    let name = m::ENTITIES_AUTO_DELETED_TOTAL;
+    assert_eq!(counter(&snapshot, name, &[("entity_kind", "queue")]), 1);
+    assert_eq!(counter(&snapshot, name, &[("entity_kind", "topic")]), 1);
+}

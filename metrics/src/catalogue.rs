@@ -100,6 +100,11 @@ pub const CATALOGUE: &[MetricDef] = &[
     counter(core::DUPLICATES_DROPPED_TOTAL, "Sends dropped by duplicate detection"),
     counter(core::LOCK_EXPIRATIONS_TOTAL, "Message locks that expired before settlement"),
     counter(
+        core::ENTITIES_AUTO_DELETED_TOTAL,
+        "Entities deleted for being idle for their AutoDeleteOnIdle, by kind",
+    )
+    .labels(&["entity_kind"]),
+    counter(
         core::MESSAGES_UNMATCHED_TOTAL,
         "Messages published to a topic that no subscription took",
     ),

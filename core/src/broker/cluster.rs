@@ -68,7 +68,7 @@ impl Broker {
             topic: spec.topic.clone(),
             fence_token,
         };
-        Target::Local(partition::spawn(context, spec.shared.clone()))
+        Target::Local(partition::spawn(context, spec.shared.clone()), fence_token)
     }
 
     /// Every partition of every queue and topic: what a cluster's ownership shares out.
@@ -217,7 +217,7 @@ impl Broker {
 /// Stops the actor a route sent commands to before a switch, if it ran here, and waits until it
 /// has.
 async fn stop(handle: &PartitionHandle, old: Target) {
-    if let Target::Local(tx) = old {
+    if let Target::Local(tx, _) = old {
         let (ack, stopped) = oneshot::channel();
         if tx.send((handle.lane, Command::Stop(ack))).is_ok() {
             let _ = stopped.await;

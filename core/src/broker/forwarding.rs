@@ -310,6 +310,8 @@ impl Broker {
                 return wait(error, "destination_missing");
             }
         };
+        // A forwarded message is a send to its destination.
+        self.note_activity(&entity);
         let description = entity.description();
         if !description.status.can_send() {
             let verdict = Verdict::DeadLetter {

@@ -199,28 +199,25 @@ impl Broker {
         Ok(entity_info(&record))
     }
 
-    /// Deletes a queue and every message in it (the caller holds the management lock): one
-    /// namespace write removes its record and its messages; what other stores hold of it is
-    /// reclaimed afterwards.
+    /// Deletes a queue and every message in it (the caller holds the management lock): its
+    /// partitions stop first (see `broker/removal.rs`), then one namespace write removes its
+    /// record and its messages; what other stores hold of it is reclaimed afterwards.
     pub(super) async fn delete_queue_entity(&self, entity: Arc<EntityHandle>) -> Result<()> {
         self.require_all_partitions(&entity).await?;
+        let halted = self.halt(&entity).await;
         let mut batch = WriteBatch::new();
         batch.delete(keys::entity(entity.path.key()));
+        batch.delete(keys::activity(entity.id));
         let prefix = keys::entity_prefix(entity.id);
         let end = crate::store::prefix_end(&prefix);
-        batch.delete_range(prefix.clone(), end.clone());
-        self.write_namespace(batch).await?;
+        batch.delete_range(prefix, end);
+        if let Err(e) = self.write_namespace(batch).await {
+            self.resume(&entity, halted);
+            return Err(e);
+        }
         self.entities_mut().remove(entity.path.key());
         entity.close();
-        // The entity record is gone, so what other stores hold of it is unreachable (ids are
-        // never reused); reclaim it now, and only log if a store cannot.
-        for store in self.inner.stores.iter().skip(1) {
-            let mut batch = WriteBatch::new();
-            batch.delete_range(prefix.clone(), end.clone());
-            if let Err(e) = store.write(batch).await {
-                tracing::warn!(entity = %entity.path, error = %e, "could not delete a deleted entity's messages from a store");
-            }
-        }
+        self.reclaim(&entity, &[entity.id]).await;
         tracing::info!(entity = %entity.path, kind = entity.kind.as_str(), "entity deleted");
         Ok(())
     }

@@ -37,6 +37,7 @@ impl Broker {
             return Err(BrokerError::InvalidOperation(sessions::SESSION_REQUIRED.into()));
         }
         let id = self.inner.next_receiver_id.fetch_add(1, Ordering::Relaxed);
+        self.note_activity(&entity);
         // Receivers on partitions of a queue or a subscription.
         Ok(Receiver::attach(entity, id, mode, address.queue))
     }
@@ -92,6 +93,7 @@ impl Broker {
         match self.entity(&address.entity) {
             Err(error) => outcomes.extend(std::iter::repeat_n(Err(error), count)),
             Ok(entity) => {
+                self.note_activity(&entity);
                 outcomes.extend(std::iter::repeat_n(Err(BrokerError::MessageLockLost), count));
                 let mut groups: Vec<SettleGroup> = Vec::new();
                 for (place, (token, disposition)) in items.into_iter().enumerate() {
@@ -151,6 +153,7 @@ impl Broker {
     ) -> Result<Timestamp> {
         let address = address.into();
         let entity = self.entity(&address.entity)?;
+        self.note_activity(&entity);
         let partition = entity.partition(token.partition()).ok_or(BrokerError::MessageLockLost)?;
         let queue = address.queue;
         partition.ask(|reply| Command::RenewLock { queue, token, reply }).await
@@ -168,6 +171,7 @@ impl Broker {
         let entity = self.entity(&address.entity)?;
         self.check_receive(&entity)?;
         self.check_not_forwarded(&entity, address.queue)?;
+        self.note_activity(&entity);
         let partitioned = entity.partitioned();
         if let Some(&seq) =
             sequence_numbers.iter().find(|s| entity.partition(s.partition(partitioned)).is_none())
@@ -207,6 +211,7 @@ impl Broker {
         let address = address.into();
         let entity = self.entity(&address.entity)?;
         self.check_not_forwarded(&entity, address.queue)?;
+        self.note_activity(&entity);
         let partitioned = entity.partitioned();
         let mut partition = from.partition(partitioned);
         let mut start = from;

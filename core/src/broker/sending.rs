@@ -148,6 +148,7 @@ impl Broker {
             }
             incoming += size as u64;
         }
+        self.note_activity(&entity);
         Ok((entity, incoming))
     }
 
@@ -175,6 +176,7 @@ impl Broker {
     ) -> Result<()> {
         let address = address.into();
         let entity = self.entity(&address.entity)?;
+        self.note_activity(&entity);
         for (partition, seqs) in by_partition(&entity, sequence_numbers) {
             partition.ask(|reply| Command::Cancel { sequence_numbers: seqs, reply }).await?;
         }

@@ -233,6 +233,7 @@ impl Broker {
         if address.queue != SubQueue::Main || !entity.description().requires_session {
             return Err(BrokerError::InvalidOperation(crate::partition::NOT_SESSIONFUL.into()));
         }
+        self.note_activity(&entity);
         Ok(entity)
     }
 

@@ -163,6 +163,11 @@ impl Broker {
             id: record.id,
             path,
             kind: EntityKind::Subscription,
+            activity: {
+                let activity = super::idle::Activity::new(self.inner.clock.clone(), &record);
+                activity.also_for_topic(&topic.record());
+                activity
+            },
             record: std::sync::RwLock::new(record),
             description: std::sync::RwLock::new(config.description.clone()),
             partitions,
@@ -336,9 +341,12 @@ impl Broker {
         // What goes: the entity and everything under its path (a topic's subscriptions and
         // their rules, a subscription's rules).
         let mut gone = vec![entity.clone()];
+        let mut halted = super::removal::Halted::default();
         match entity.kind {
             EntityKind::Topic => {
                 self.require_all_partitions(&entity).await?;
+                // Its partitions (its subscriptions' lanes with them) stop before the delete.
+                halted = self.halt(&entity).await;
                 for sub in self.children(&entity.path, EntityKind::Subscription) {
                     gone.extend(self.children(&sub.path, EntityKind::Rule));
                     gone.push(sub);
@@ -355,13 +363,17 @@ impl Broker {
         }
         for e in &gone {
             batch.delete(keys::entity(e.path.key()));
+            batch.delete(keys::activity(e.id));
             if has_partitions(e.kind) {
                 let prefix = keys::entity_prefix(e.id);
                 let end = crate::store::prefix_end(&prefix);
                 batch.delete_range(prefix, end);
             }
         }
-        self.write_namespace(batch).await?;
+        if let Err(e) = self.write_namespace(batch).await {
+            self.resume(&entity, halted);
+            return Err(e);
+        }
         {
             let mut entities = self.entities_mut();
             for e in &gone {
@@ -373,19 +385,9 @@ impl Broker {
             // A subscription's lanes went with `RemoveLane`; a rule has no partitions.
             EntityKind::Subscription | EntityKind::Rule => {}
         }
-        // What other stores hold of the topic or subscription is unreachable now (ids are
-        // never reused); reclaim it, and only log if a store cannot.
-        for store in self.inner.stores.iter().skip(1) {
-            let mut batch = WriteBatch::new();
-            for e in gone.iter().filter(|e| has_partitions(e.kind)) {
-                let prefix = keys::entity_prefix(e.id);
-                let end = crate::store::prefix_end(&prefix);
-                batch.delete_range(prefix, end);
-            }
-            if let Err(e) = store.write(batch).await {
-                tracing::warn!(entity = %entity.path, error = %e, "could not delete a deleted entity's messages from a store");
-            }
-        }
+        let ids: Vec<EntityId> =
+            gone.iter().filter(|e| has_partitions(e.kind)).map(|e| e.id).collect();
+        self.reclaim(&entity, &ids).await;
         match entity.kind {
             EntityKind::Rule => {
                 let subscription = entity.path.parent().and_then(|p| self.entity(&p).ok());
@@ -535,6 +537,7 @@ impl Broker {
             RuleSet::compile(&rules)?,
         );
         subscription.set_record(subscription.record(), config.description.clone());
+        subscription.activity.also_for_topic(&topic.record());
         for partition in &subscription.partitions {
             partition.send(Command::Configure(config.clone()));
         }

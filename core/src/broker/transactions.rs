@@ -326,6 +326,7 @@ impl Broker {
         state.begin(sequence_numbers.len(), now)?;
         let added = (|| {
             let entity = self.entity(&address.entity)?;
+            self.note_activity(&entity);
             let partitioned = entity.partitioned();
             let v = state.via(entity)?;
             for seq in sequence_numbers {
@@ -361,6 +362,7 @@ impl Broker {
         state.begin(1, now)?;
         let added = (|| {
             let entity = self.entity(&address.entity)?;
+            self.note_activity(&entity);
             if let Some(via) = via {
                 // A cross-entity transaction settles on its via entity only.
                 if via.key() != entity.path.key() {
@@ -393,6 +395,7 @@ impl Broker {
         state.begin(1, now)?;
         let added = (|| {
             let entity = self.entity(&address.entity)?;
+            self.note_activity(&entity);
             let description = entity.description();
             let partition = if description.enable_partitioning {
                 router::partition_for_key(session, description.partitions())

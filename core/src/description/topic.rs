@@ -45,7 +45,8 @@ pub struct TopicDescription {
     pub status: EntityStatus,
     pub user_metadata: Option<String>,
     pub support_ordering: bool,
-    /// Stored and echoed; topics are not deleted when idle.
+    /// The idle time after which the topic (and its subscriptions) is deleted: 5 min to never
+    /// (the default); a use of any of its subscriptions is a use of it (`broker/idle.rs`).
     pub auto_delete_on_idle: Duration,
     /// Fixed at creation; every subscription has the same partitions.
     pub enable_partitioning: bool,
@@ -144,7 +145,8 @@ pub struct SubscriptionDescription {
     /// Auto-forward destination (see `QueueDescription::forward_to`).
     pub forward_dead_lettered_messages_to: Option<String>,
     pub user_metadata: Option<String>,
-    /// Stored and echoed.
+    /// The idle time after which the subscription is deleted: 5 min to never (the default);
+    /// a publish to its topic is no use of it (`broker/idle.rs`).
     pub auto_delete_on_idle: Duration,
 }
 

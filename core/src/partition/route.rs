@@ -55,11 +55,14 @@ pub enum Owner {
     Unknown,
 }
 
+/// An actor's channel.
+pub(crate) type Actor = mpsc::UnboundedSender<(LaneId, Command)>;
+
 /// Where a route sends commands now.
 #[derive(Clone)]
 pub(crate) enum Target {
-    /// The actor on this node.
-    Local(mpsc::UnboundedSender<(LaneId, Command)>),
+    /// The actor on this node, and the fence token it runs under (`None`: unfenced).
+    Local(Actor, Option<u64>),
     /// The owner on another node.
     Remote(Arc<dyn RemotePartition>),
     /// No owner known (a cluster node before it learns one): refused, retriably.
@@ -69,7 +72,7 @@ pub(crate) enum Target {
 impl fmt::Debug for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Target::Local(_) => f.write_str("Local"),
+            Target::Local(..) => f.write_str("Local"),
             Target::Remote(r) => write!(f, "Remote({r:?})"),
             Target::Elsewhere => f.write_str("Elsewhere"),
         }
@@ -203,7 +206,7 @@ impl Route {
         match target {
             // If the actor is gone the command (and its reply channel) is dropped, which the
             // caller sees as `ShuttingDown`.
-            Target::Local(tx) => drop(tx.send((lane, command))),
+            Target::Local(tx, _) => drop(tx.send((lane, command))),
             Target::Remote(remote) => remote.submit(lane, command),
             Target::Elsewhere => command.refuse(&self.unavailable()),
         }
@@ -247,8 +250,38 @@ impl Route {
                     *filtering = *on;
                 }
             }
-            Command::Close => state.closed = true,
+            Command::Close => {
+                state.closed = true;
+                if matches!(state.target, Target::Elsewhere) {
+                    // No actor closes what waits here (a deleted entity's partitions are
+                    // stopped before its delete): its receivers end, its parked commands fail.
+                    for (_, receiver) in &state.spec.receivers {
+                        receiver.close();
+                    }
+                    let gone = BrokerError::EntityNotFound { entity: self.entity_name.clone() };
+                    for (_, _, command) in std::mem::take(&mut state.parked) {
+                        command.refuse(&gone);
+                    }
+                }
+            }
             _ => {}
+        }
+    }
+
+    /// Stops sending commands to the actor running here, if one does: commands wait on the
+    /// route from now on (as while no owner is known). Returns the actor's channel and its
+    /// fence token, for the caller to stop it — and [`Route::switch`] back on, if it must.
+    pub(crate) fn hold_local(&self) -> Option<(Actor, Option<u64>)> {
+        let mut state = self.write();
+        if !matches!(state.target, Target::Local(..)) {
+            return None;
+        }
+        match std::mem::replace(&mut state.target, Target::Elsewhere) {
+            Target::Local(tx, token) => Some((tx, token)),
+            other => {
+                state.target = other;
+                None
+            }
         }
     }
 
@@ -281,7 +314,7 @@ impl Route {
     /// Which node runs the partition, as this node knows it.
     pub(crate) fn owner(&self) -> Owner {
         match &self.read().target {
-            Target::Local(_) => Owner::Here,
+            Target::Local(..) => Owner::Here,
             Target::Remote(remote) => Owner::Node(remote.owner()),
             Target::Elsewhere => Owner::Unknown,
         }
@@ -289,7 +322,7 @@ impl Route {
 
     /// Whether the actor of this partition runs on this node.
     pub(crate) fn is_local(&self) -> bool {
-        matches!(self.read().target, Target::Local(_))
+        matches!(self.read().target, Target::Local(..))
     }
 }
 
