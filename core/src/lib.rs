@@ -125,4 +125,5 @@ pub use store::{Store, StoreError, StoreErrorKind, WriteBatch};
 pub use transport::{shutdown_signal, Shutdown, ShutdownTrigger, Transport};
 pub use types::{
     EntityName, LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp,
+    MAX_SEQUENCE_NUMBERS,
 };
