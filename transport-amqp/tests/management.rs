@@ -15,9 +15,9 @@ use fe2o3_amqp::types::messaging::{
 use fe2o3_amqp::types::primitives::{
     Array, Binary, OrderedMap, SimpleValue, Symbol, Timestamp as AmqpTimestamp, Value,
 };
+use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use fe2o3_amqp_types::messaging::annotations::OwnedKey;
 use fe2o3_amqp_types::messaging::message::__private::{Deserializable, Serializable};
-use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use ironbus_core::{
     Broker, EntityDescription, EntityPath, ManualClock, NamespaceLimits, QueueDescription,
     ShutdownTrigger, SubscriptionDescription, Timestamp, TopicDescription, MAX_SEQUENCE_NUMBERS,
@@ -192,10 +192,8 @@ impl Management {
 
     /// The messages a peek from the start shows (in `session`, if given), decoded.
     async fn peek(&mut self, session: Option<&str>) -> Vec<Message<Body<Value>>> {
-        let mut request = vec![
-            ("from-sequence-number", Value::Long(0)),
-            ("message-count", Value::Int(100)),
-        ];
+        let mut request =
+            vec![("from-sequence-number", Value::Long(0)), ("message-count", Value::Int(100))];
         if let Some(id) = session {
             request.push(("session-id", Value::String(id.into())));
         }
@@ -264,8 +262,12 @@ async fn repeated_sequence_numbers_are_served_once_and_too_many_are_refused() {
     // Cancelling with the cap's worth of numbers, nearly all repeats: both go, once each.
     let mut numbers: Vec<i64> = (0..MAX_SEQUENCE_NUMBERS - 2).map(|i| [a, b][i % 2]).collect();
     numbers.extend([b, a]);
-    let response =
-        mgmt.request("com.microsoft:cancel-scheduled-message", map(vec![("sequence-numbers", longs(&numbers))])).await;
+    let response = mgmt
+        .request(
+            "com.microsoft:cancel-scheduled-message",
+            map(vec![("sequence-numbers", longs(&numbers))]),
+        )
+        .await;
     assert_eq!(response.status, 200, "{response:?}");
     let response = mgmt
         .request(
@@ -278,10 +280,7 @@ async fn repeated_sequence_numbers_are_served_once_and_too_many_are_refused() {
     // A deferred receive naming nothing but unknown numbers, up to the cap: not found.
     let unknown: Vec<i64> = vec![a; MAX_SEQUENCE_NUMBERS];
     let receive = |numbers: &[i64]| {
-        map(vec![
-            ("sequence-numbers", longs(numbers)),
-            ("receiver-settle-mode", Value::Uint(1)),
-        ])
+        map(vec![("sequence-numbers", longs(numbers)), ("receiver-settle-mode", Value::Uint(1))])
     };
     let response =
         mgmt.request("com.microsoft:receive-by-sequence-number", receive(&unknown)).await;
@@ -331,10 +330,8 @@ async fn a_deferred_message_named_many_times_is_received_once() {
     // b first, then the cap's worth of repeats of both.
     let mut numbers = vec![b];
     numbers.extend((1..MAX_SEQUENCE_NUMBERS).map(|i| [a, b][i % 2]));
-    let request = map(vec![
-        ("sequence-numbers", longs(&numbers)),
-        ("receiver-settle-mode", Value::Uint(1)),
-    ]);
+    let request =
+        map(vec![("sequence-numbers", longs(&numbers)), ("receiver-settle-mode", Value::Uint(1))]);
     let response = mgmt.request("com.microsoft:receive-by-sequence-number", request).await;
     assert_eq!(response.status, 200, "{response:?}");
     let Some(Value::List(messages)) = field(&response.body, "messages") else {

@@ -156,8 +156,9 @@ async fn a_management_request_over_1_mib_in_many_transfers_is_refused() {
 
     // Pre-settled, nothing but the link's end can say it: detached with the error.
     raw.transfer(0, 0, 3, true, None, padded_peek_request(4, 1100 * 1024)).await;
-    let (_, p, _) =
-        raw.expect(|ch, p| ch == 0 && matches!(p, Performative::Detach(d) if d.handle.0 == 0)).await;
+    let (_, p, _) = raw
+        .expect(|ch, p| ch == 0 && matches!(p, Performative::Detach(d) if d.handle.0 == 0))
+        .await;
     let Performative::Detach(detach) = p else { unreachable!() };
     let condition = detach.error.map(|e| e.condition);
     assert_eq!(condition, Some(LinkError::MessageSizeExceeded.into()), "{condition:?}");

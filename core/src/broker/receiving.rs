@@ -158,8 +158,10 @@ impl Broker {
         partition.ask(|reply| Command::RenewLock { queue, token, reply }).await
     }
 
-    /// Receives deferred messages by sequence number, in the order asked. Fails with
-    /// [`BrokerError::MessageNotFound`] if one is not deferred (or is locked).
+    /// Receives deferred messages by sequence number, in the order asked (a number named
+    /// twice is received once, where it was first named). Fails with
+    /// [`BrokerError::MessageNotFound`] if one is not deferred (or is locked), and with
+    /// [`BrokerError::InvalidArgument`] if more than [`MAX_SEQUENCE_NUMBERS`] are named.
     pub async fn receive_deferred(
         &self,
         address: impl Into<EntityAddress>,

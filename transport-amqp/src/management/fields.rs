@@ -2,8 +2,8 @@
 //! response maps.
 
 use fe2o3_amqp_types::primitives::{Array, OrderedMap, Value};
-use ironbus_core::{ApplicationProperties, PropertyValue, SequenceNumber, Timestamp};
 use ironbus_core::MAX_SEQUENCE_NUMBERS;
+use ironbus_core::{ApplicationProperties, PropertyValue, SequenceNumber, Timestamp};
 
 use crate::error::{WireError, ARGUMENT_OUT_OF_RANGE};
 use crate::request::Request;
