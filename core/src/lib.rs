@@ -63,11 +63,14 @@
 //! # Delivery counts
 //!
 //! A message's delivery count is stored as "previous failed deliveries" (the AMQP header's
-//! meaning): an abandon and a lock expiry add one (a session lock's expiry one for each message
-//! it held), a release adds none (nor does a session's release, nor dropping a receiver with
-//! messages it never handed out). At MaxDeliveryCount the message is dead-lettered with reason
-//! `MaxDeliveryCountExceeded`. Locks are not persisted, so a crash does not count as a failed
-//! delivery. Messages in a transfer queue never dead-letter by delivery count.
+//! meaning): an abandon, a lock expiry and a deferral add one (a session lock's expiry one for
+//! each message it held), a release adds none (nor does a session's release, nor dropping a
+//! receiver with messages it never handed out). So a deferred message received by sequence
+//! number shows the delivery that deferred it, as Service Bus's does. At MaxDeliveryCount the
+//! message is dead-lettered with reason `MaxDeliveryCountExceeded` (a deferral too). Locks are
+//! not persisted, so a crash does not count as a failed delivery. A dead-letter queue counts no
+//! deliveries (a dead letter keeps its count); messages in a transfer queue never dead-letter
+//! by delivery count.
 
 pub mod address;
 pub mod auth;
@@ -129,4 +132,5 @@ pub use store::{Store, StoreError, StoreErrorKind, WriteBatch};
 pub use transport::{shutdown_signal, Shutdown, ShutdownTrigger, Transport};
 pub use types::{
     EntityName, LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp,
+    MAX_SEQUENCE_NUMBERS,
 };

@@ -227,8 +227,9 @@ pub struct BrokerProperties {
     pub enqueued_sequence_number: SequenceNumber,
     pub enqueued_time: Timestamp,
     pub partition_id: PartitionId,
-    /// Number of earlier deliveries that ended without settlement (abandon, lock expiry). A
-    /// delivery reports this plus one, as Service Bus's `DeliveryCount` does.
+    /// Number of earlier deliveries that ended without completion (abandon, lock expiry,
+    /// deferral; none in a dead-letter queue). A delivery reports this plus one, as Service
+    /// Bus's `DeliveryCount` does.
     pub delivery_count: u32,
     pub state: MessageState,
     /// When the message expires; `Timestamp::MAX` for never. Not applied in the dead-letter queue.

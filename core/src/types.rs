@@ -96,6 +96,21 @@ impl SequenceNumber {
     }
 }
 
+/// The most sequence numbers one request may name: a deferred receive, a cancellation of
+/// scheduled messages. Service Bus documents no such limit; 1000 is ironbus's page size
+/// elsewhere (a peek's `message-count`, a session listing's `top`), so one request costs a
+/// partition at most a page's work. More is refused as an argument out of range.
+pub const MAX_SEQUENCE_NUMBERS: usize = 1000;
+
+impl SequenceNumber {
+    /// `numbers` without repetitions, each where it was first named: linear in their count
+    /// (a request repeating one number thousands of times costs what its length does).
+    pub fn distinct(numbers: &[SequenceNumber]) -> Vec<SequenceNumber> {
+        let mut seen = std::collections::HashSet::with_capacity(numbers.len());
+        numbers.iter().copied().filter(|seq| seen.insert(*seq)).collect()
+    }
+}
+
 impl fmt::Display for SequenceNumber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)

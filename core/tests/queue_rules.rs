@@ -133,6 +133,12 @@ impl Fixture {
         self.settle(m, Disposition::Abandon { properties }).await
     }
 
+    /// Abandons a message received from the dead-letter queue.
+    async fn abandon_dead(&self, m: &ReceivedMessage) {
+        let abandon = Disposition::Abandon { properties: ApplicationProperties::new() };
+        self.broker.settle(DLQ, token(m), abandon).await.expect("abandon in the DLQ");
+    }
+
     async fn defer(&self, m: &ReceivedMessage) -> Result<()> {
         self.settle(m, Disposition::Defer { properties: ApplicationProperties::new() }).await
     }
@@ -436,6 +442,36 @@ async fn abandoning_max_delivery_count_times_dead_letters_the_message() {
 }
 
 #[tokio::test]
+async fn a_dead_letter_abandoned_or_expired_keeps_its_delivery_count() {
+    let f = Fixture::with_queue(queue_with(|d| {
+        d.lock_duration = secs(10);
+        d.max_delivery_count = 2;
+    }))
+    .await;
+    let seq = f.send_one(Message::new("a")).await;
+    let r = f.receiver(ReceiveMode::PeekLock).await;
+    for _ in 0..2 {
+        f.abandon(&take_one(&r).await, ApplicationProperties::new()).await.expect("abandon");
+    }
+    assert_eq!(f.counts().await, Counts::dead_lettered(1));
+    let dlq = f.dlq_receiver().await;
+
+    // Far more failed deliveries than MaxDeliveryCount, by abandon and by lock expiry: the
+    // count stays, and the dead letter stays where it is.
+    for attempt in 0..6 {
+        let dead = take_one(&dlq).await;
+        assert_eq!((dead.sequence_number(), dead.broker.delivery_count), (seq, 2), "{attempt}");
+        if attempt % 2 == 0 {
+            f.abandon_dead(&dead).await;
+        } else {
+            f.advance(secs(11));
+        }
+        assert_eq!(f.counts().await, Counts::dead_lettered(1), "{attempt}");
+    }
+    assert_eq!(f.peek_all(DLQ).await[0].broker.delivery_count, 2);
+}
+
+#[tokio::test]
 async fn release_does_not_count_a_delivery() {
     let f = Fixture::with_queue(queue_with(|d| d.max_delivery_count = 2)).await;
     let seq = f.send_one(Message::new("a")).await;
@@ -563,7 +599,9 @@ async fn abandoned_deferred_message_stays_deferred() {
     assert_eq!(seqs(&peeked), vec![seq]);
     assert_eq!(peeked[0].broker.state, MessageState::Deferred);
     let again = f.broker.receive_deferred(QUEUE, &[seq], ReceiveMode::PeekLock).await.unwrap();
-    assert_eq!(again[0].broker.delivery_count, 1, "the abandon counted");
+    // The delivery that ended in the deferral and the one that ended in the abandon
+    // (Service Bus: 2; .NET's DeliveryCount 3).
+    assert_eq!(again[0].broker.delivery_count, 2, "the abandon counted");
     assert_eq!(again[0].message.application_properties.get("tries"), Some(&PropertyValue::Int(1)));
 }
 
@@ -582,7 +620,44 @@ async fn deferred_message_stays_deferred_when_its_lock_expires() {
     assert_eq!(f.counts().await, Counts { deferred: 1, ..Counts::default() });
     assert_nothing_delivered(&r).await;
     let again = f.broker.receive_deferred(QUEUE, &[seq], ReceiveMode::PeekLock).await.unwrap();
-    assert_eq!(again[0].broker.delivery_count, 1, "the lock expiry counted");
+    assert_eq!(again[0].broker.delivery_count, 2, "the deferral and the lock expiry counted");
+}
+
+#[tokio::test]
+async fn a_deferred_message_received_by_sequence_number_counts_its_earlier_deliveries() {
+    let f = Fixture::with_queue(QueueDescription::default()).await;
+    let seq = f.send_one(Message::new("a")).await;
+    let r = f.receiver(ReceiveMode::PeekLock).await;
+    let m = take_one(&r).await;
+    assert_eq!(m.broker.delivery_count, 0, "a first delivery");
+    f.defer(&m).await.expect("defer succeeds");
+
+    // Service Bus counts the delivery that ended in the deferral (js: deliveryCount 1).
+    let peeked = f.peek_all(QUEUE).await;
+    assert_eq!(peeked[0].broker.delivery_count, 1, "peek");
+    let got = f.broker.receive_deferred(QUEUE, &[seq], ReceiveMode::PeekLock).await.unwrap();
+    assert_eq!(got[0].broker.delivery_count, 1, "received by sequence number");
+
+    // And each delivery by sequence number after it, deferred again.
+    f.defer(&got[0]).await.expect("defer again");
+    let got = f.broker.receive_deferred(QUEUE, &[seq], ReceiveMode::ReceiveAndDelete).await;
+    assert_eq!(got.unwrap()[0].broker.delivery_count, 2, "received again");
+}
+
+#[tokio::test]
+async fn deferring_a_message_at_max_delivery_count_dead_letters_it() {
+    let f = Fixture::with_queue(queue_with(|d| d.max_delivery_count = 2)).await;
+    let seq = f.send_one(Message::new("a")).await;
+    let r = f.receiver(ReceiveMode::PeekLock).await;
+    f.defer(&take_one(&r).await).await.expect("defer succeeds");
+    let got = f.broker.receive_deferred(QUEUE, &[seq], ReceiveMode::PeekLock).await.unwrap();
+
+    f.defer(&got[0]).await.expect("the second deferral succeeds");
+
+    assert_eq!(f.counts().await, Counts::dead_lettered(1));
+    let dead = take_one(&f.dlq_receiver().await).await;
+    assert_eq!((dead.sequence_number(), dead.broker.delivery_count), (seq, 2));
+    assert_dead_letter_reason(&dead, "MaxDeliveryCountExceeded");
 }
 
 #[tokio::test]
@@ -758,7 +833,8 @@ async fn dead_lettered_message_is_never_dead_lettered_again_by_delivery_count() 
     for attempt in 0..4 {
         let dead = take_one(&dlq).await;
         assert_eq!(dead.sequence_number(), seq);
-        assert_eq!(dead.broker.delivery_count, attempt);
+        // A dead-letter queue counts no deliveries (Service Bus).
+        assert_eq!(dead.broker.delivery_count, 0, "{attempt}");
         if attempt % 2 == 0 {
             f.broker
                 .settle(DLQ, token(&dead), Disposition::Abandon { properties: Default::default() })

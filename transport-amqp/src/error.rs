@@ -11,6 +11,7 @@ pub const ENTITY_DISABLED: &str = "com.microsoft:entity-disabled";
 pub const ENTITY_ALREADY_EXISTS: &str = "com.microsoft:entity-already-exists";
 pub const SERVER_BUSY: &str = "com.microsoft:server-busy";
 pub const ARGUMENT_ERROR: &str = "com.microsoft:argument-error";
+pub const ARGUMENT_OUT_OF_RANGE: &str = "com.microsoft:argument-out-of-range";
 pub const DEAD_LETTER: &str = "com.microsoft:dead-letter";
 pub const SESSION_LOCK_LOST: &str = "com.microsoft:session-lock-lost";
 pub const SESSION_CANNOT_BE_LOCKED: &str = "com.microsoft:session-cannot-be-locked";

@@ -10,7 +10,7 @@
 
 mod common;
 
-use fe2o3_amqp::types::definitions::Role;
+use fe2o3_amqp::types::definitions::{LinkError, Role};
 use fe2o3_amqp::types::messaging::DeliveryState;
 use fe2o3_amqp::types::performatives::Performative;
 use fe2o3_amqp::types::primitives::{SimpleValue, Value};
@@ -120,4 +120,46 @@ async fn a_pre_settled_request_gets_its_response_and_no_disposition() {
     assert!(settles(0, &p, 1) && !settles(0, &p, 0), "{p:?}");
     let responses = raw.seen.iter().filter(|(ch, p, _)| is_response(*ch, p)).count();
     assert_eq!(responses, 2);
+}
+
+/// A peek request carrying `padding` bytes more.
+fn padded_peek_request(message_id: u64, padding: usize) -> Vec<u8> {
+    let body = map(vec![
+        ("from-sequence-number", Value::Long(0)),
+        ("message-count", Value::Int(1)),
+        ("padding", Value::Binary(vec![0x55; padding].into())),
+    ]);
+    request("com.microsoft:peek-message", message_id, "reply", body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_management_request_over_1_mib_in_many_transfers_is_refused() {
+    let (_broker, mut raw, _trigger) = start().await;
+    attach_node(&mut raw, "q/$management").await;
+    raw.write(flow(0, 1, 10)).await;
+    // Just under 1 MiB, in many 64 KiB transfers: served.
+    raw.transfer(0, 0, 0, false, None, padded_peek_request(1, 1000 * 1024)).await;
+    assert_eq!(settled_after_response(&mut raw, 0).await, Some(204));
+
+    // Over it: refused with amqp:link:message-size-exceeded, not buffered up to 100 MiB.
+    raw.transfer(0, 0, 1, false, None, padded_peek_request(2, 1100 * 1024)).await;
+    match raw.outcome(0, 1).await {
+        DeliveryState::Rejected(r) => {
+            let condition = r.error.map(|e| e.condition);
+            assert_eq!(condition, Some(LinkError::MessageSizeExceeded.into()), "{condition:?}");
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    // The link goes on serving.
+    raw.transfer(0, 0, 2, false, None, peek_request(3)).await;
+    assert_eq!(settled_after_response(&mut raw, 2).await, Some(204));
+
+    // Pre-settled, nothing but the link's end can say it: detached with the error.
+    raw.transfer(0, 0, 3, true, None, padded_peek_request(4, 1100 * 1024)).await;
+    let (_, p, _) = raw
+        .expect(|ch, p| ch == 0 && matches!(p, Performative::Detach(d) if d.handle.0 == 0))
+        .await;
+    let Performative::Detach(detach) = p else { unreachable!() };
+    let condition = detach.error.map(|e| e.condition);
+    assert_eq!(condition, Some(LinkError::MessageSizeExceeded.into()), "{condition:?}");
 }

@@ -20,7 +20,9 @@ use crate::error::{BrokerError, Result};
 use crate::message::{Disposition, ReceivedMessage};
 use crate::partition::Command;
 use crate::receiver::Receiver;
-use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp};
+use crate::types::{
+    LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp, MAX_SEQUENCE_NUMBERS,
+};
 
 impl Broker {
     /// Opens a receiver on a queue or its dead-letter queue.
@@ -159,14 +161,17 @@ impl Broker {
         partition.ask(|reply| Command::RenewLock { queue, token, reply }).await
     }
 
-    /// Receives deferred messages by sequence number, in the order asked. Fails with
-    /// [`BrokerError::MessageNotFound`] if one is not deferred (or is locked).
+    /// Receives deferred messages by sequence number, in the order asked (a number named
+    /// twice is received once, where it was first named). Fails with
+    /// [`BrokerError::MessageNotFound`] if one is not deferred (or is locked), and with
+    /// [`BrokerError::InvalidArgument`] if more than [`MAX_SEQUENCE_NUMBERS`] are named.
     pub async fn receive_deferred(
         &self,
         address: impl Into<EntityAddress>,
         sequence_numbers: &[SequenceNumber],
         mode: ReceiveMode,
     ) -> Result<Vec<ReceivedMessage>> {
+        check_sequence_numbers(sequence_numbers)?;
         let address = address.into();
         let entity = self.entity(&address.entity)?;
         self.check_receive(&entity)?;
@@ -178,8 +183,10 @@ impl Broker {
         {
             return Err(BrokerError::MessageNotFound(seq));
         }
+        // A number named twice is received once, where it was first named.
+        let sequence_numbers = SequenceNumber::distinct(sequence_numbers);
         let mut received = Vec::with_capacity(sequence_numbers.len());
-        for (partition, seqs) in by_partition(&entity, sequence_numbers) {
+        for (partition, seqs) in by_partition(&entity, &sequence_numbers) {
             let queue = address.queue;
             received.extend(
                 partition
@@ -192,9 +199,7 @@ impl Broker {
                     .await?,
             );
         }
-        let order: HashMap<SequenceNumber, usize> =
-            sequence_numbers.iter().enumerate().map(|(i, s)| (*s, i)).collect();
-        received.sort_by_key(|m| order[&m.broker.sequence_number]);
+        sort_as_asked(&mut received, &sequence_numbers);
         Ok(received)
     }
 
@@ -232,3 +237,26 @@ impl Broker {
 /// Settlements bound for one partition: the partition, the items' places in the caller's
 /// list, and the items.
 type SettleGroup = (PartitionId, Vec<usize>, Vec<(LockToken, Disposition)>);
+
+/// Refuses a request naming more than [`MAX_SEQUENCE_NUMBERS`] sequence numbers, before any
+/// partition is asked.
+pub(super) fn check_sequence_numbers(sequence_numbers: &[SequenceNumber]) -> Result<()> {
+    if sequence_numbers.len() > MAX_SEQUENCE_NUMBERS {
+        return Err(BrokerError::invalid(
+            "sequence-numbers",
+            format!(
+                "{} sequence numbers; one request may name at most {MAX_SEQUENCE_NUMBERS}",
+                sequence_numbers.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Puts received messages in the order their numbers were asked in (`asked` holds no
+/// repetitions).
+pub(super) fn sort_as_asked(received: &mut [ReceivedMessage], asked: &[SequenceNumber]) {
+    let order: HashMap<SequenceNumber, usize> =
+        asked.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+    received.sort_by_key(|m| order.get(&m.broker.sequence_number).copied().unwrap_or(usize::MAX));
+}

@@ -174,10 +174,12 @@ impl Broker {
         address: impl Into<EntityAddress>,
         sequence_numbers: &[SequenceNumber],
     ) -> Result<()> {
+        super::receiving::check_sequence_numbers(sequence_numbers)?;
         let address = address.into();
         let entity = self.entity(&address.entity)?;
         self.note_activity(&entity);
-        for (partition, seqs) in by_partition(&entity, sequence_numbers) {
+        let sequence_numbers = SequenceNumber::distinct(sequence_numbers);
+        for (partition, seqs) in by_partition(&entity, &sequence_numbers) {
             partition.ask(|reply| Command::Cancel { sequence_numbers: seqs, reply }).await?;
         }
         Ok(())

@@ -32,7 +32,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::{Broker, EntityHandle};
+use super::{receiving, Broker, EntityHandle};
 use crate::address::EntityAddress;
 use crate::error::{BrokerError, Result, SessionError};
 use crate::message::ReceivedMessage;
@@ -151,8 +151,10 @@ impl SessionReceiver {
         sequence_numbers: &[SequenceNumber],
         mode: ReceiveMode,
     ) -> Result<Vec<ReceivedMessage>, SessionError> {
+        receiving::check_sequence_numbers(sequence_numbers)?;
         let holder = self.holder();
-        let sequence_numbers = sequence_numbers.to_vec();
+        // A number named twice is received once, where it was first named.
+        let sequence_numbers = SequenceNumber::distinct(sequence_numbers);
         let order = sequence_numbers.clone();
         let (tx, rx) = oneshot::channel();
         self.partition.send(Command::ReceiveDeferredSession {
@@ -163,7 +165,7 @@ impl SessionReceiver {
         });
         match rx.await.unwrap_or(Err(BrokerError::ShuttingDown)) {
             Ok(mut received) => {
-                received.sort_by_key(|m| order.iter().position(|s| *s == m.sequence_number()));
+                receiving::sort_as_asked(&mut received, &order);
                 Ok(received)
             }
             Err(BrokerError::MessageLockLost) => Err(SessionError::LockLost),

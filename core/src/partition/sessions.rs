@@ -494,7 +494,9 @@ impl PartitionState {
     ) -> Result<Vec<Outgoing>> {
         let sessions = self.index.sessions.as_deref().ok_or(BrokerError::MessageLockLost)?;
         let id = sessions.held_by(holder).ok_or(BrokerError::MessageLockLost)?;
-        for &seq in sequence_numbers {
+        // A number asked for twice is handed out once (see `state/delivery.rs`).
+        let sequence_numbers = SequenceNumber::distinct(sequence_numbers);
+        for &seq in &sequence_numbers {
             let deferred = sessions.contains(id, seq)
                 && self
                     .index
@@ -504,13 +506,10 @@ impl PartitionState {
                 return Err(BrokerError::MessageNotFound(seq));
             }
         }
-        let mut received = Vec::with_capacity(sequence_numbers.len());
-        for (i, &seq) in sequence_numbers.iter().enumerate() {
-            if !sequence_numbers[..i].contains(&seq) {
-                received.push(self.hand_out(SubQueue::Main, seq, mode, now));
-            }
-        }
-        Ok(received)
+        Ok(sequence_numbers
+            .into_iter()
+            .map(|seq| self.hand_out(SubQueue::Main, seq, mode, now))
+            .collect())
     }
 }
 

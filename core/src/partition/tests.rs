@@ -124,11 +124,14 @@ impl Model {
         }
     }
 
-    /// A failed delivery (abandon, lock expiry): counted, and dead-lettered at the limit.
+    /// A failed delivery (abandon, lock expiry, deferral): counted (but in the dead-letter
+    /// queue), and dead-lettered at the limit.
     fn failed_delivery(&mut self, seq: SequenceNumber) {
         let m = self.messages.get_mut(&seq).expect("message exists");
         m.lock = None;
-        m.delivery_count += 1;
+        if m.queue != SubQueue::DeadLetter {
+            m.delivery_count += 1;
+        }
         if m.queue == SubQueue::Main && m.delivery_count >= MAX_DELIVERIES {
             self.dead_letter(seq);
         }
@@ -372,9 +375,9 @@ fn run(seed: u64, steps: usize) {
                         Disposition::Abandon { .. } => model.failed_delivery(seq),
                         Disposition::Release => model.unlock(seq),
                         Disposition::Defer { .. } => {
-                            model.unlock(seq);
                             model.messages.get_mut(&seq).expect("locked").state =
                                 MessageState::Deferred;
+                            model.failed_delivery(seq);
                         }
                         Disposition::DeadLetter { .. } => model.dead_letter(seq),
                     }
@@ -764,11 +767,9 @@ fn run_sessions(seed: u64, steps: usize) {
                         _ => {
                             let m = model.messages.get_mut(&seq).expect(&at);
                             m.lock = None;
-                            if kind == 1 {
-                                m.delivery_count += 1;
-                            } else {
-                                m.deferred = true;
-                            }
+                            // An abandon and a deferral each count the delivery.
+                            m.delivery_count += 1;
+                            m.deferred |= kind == 2;
                         }
                     }
                 }

@@ -12,8 +12,11 @@ use crate::frame::{self};
 
 use super::*;
 
-/// The largest delivery we buffer; a larger one is refused once complete.
+/// The largest delivery to an entity we buffer; a larger one is refused once complete.
 const MAX_DELIVERY_BYTES: usize = 100 * 1024 * 1024;
+/// The largest request (`$management`, `$cbs`, coordinator) we buffer: the max-message-size
+/// those links' attach announces, one frame's worth (1 MiB), however many transfers carry it.
+const MAX_REQUEST_BYTES: usize = MAX_FRAME_SIZE as usize;
 /// The message format of a batch: one data section per message.
 const MSG_FORMAT_BATCH: u32 = 0x8001_3700;
 
@@ -71,8 +74,12 @@ impl Connection {
         if partial.state.is_none() {
             partial.state = transfer.state;
         }
+        let limit = match link.node {
+            Node::Entity(_) => MAX_DELIVERY_BYTES,
+            Node::Cbs | Node::Management(_) | Node::Coordinator => MAX_REQUEST_BYTES,
+        };
         if transfer.more {
-            if partial.bytes.len() + payload.len() > MAX_DELIVERY_BYTES {
+            if partial.bytes.len() + payload.len() > limit {
                 partial.oversize = true;
                 partial.bytes = BytesMut::new();
             } else if !partial.oversize {
@@ -80,6 +87,10 @@ impl Connection {
             }
             link.partial = Some(partial);
             return Ok(());
+        }
+        if !partial.oversize && partial.bytes.len() + payload.len() > limit {
+            partial.oversize = true;
+            partial.bytes = BytesMut::new();
         }
         let body = if partial.bytes.is_empty() && !partial.oversize {
             payload
@@ -97,6 +108,10 @@ impl Connection {
         let settled = partial.settled;
         let oversize = partial.oversize;
         let txn = transactions::txn_id(partial.state.as_ref());
+        if oversize && !matches!(node, Node::Entity(_)) {
+            self.refuse_oversize_request(channel, handle, delivery_id, settled, &path);
+            return Ok(());
+        }
         match node {
             Node::Entity(address) => {
                 link.in_flight += 1;
@@ -143,6 +158,41 @@ impl Connection {
             Node::Coordinator => self.on_control(channel, handle, delivery_id, settled, &body),
         }
         Ok(())
+    }
+
+    /// Refuses a request larger than [`MAX_REQUEST_BYTES`] with
+    /// `amqp:link:message-size-exceeded`: an unsettled one in its disposition; a pre-settled
+    /// one (no disposition would tell the client) by detaching its link with the error.
+    fn refuse_oversize_request(
+        &mut self,
+        channel: u16,
+        handle: u32,
+        delivery_id: u32,
+        settled: bool,
+        path: &str,
+    ) {
+        let error = WireError::new(
+            "amqp:link:message-size-exceeded",
+            413,
+            format!("a request to {path} may have at most {MAX_REQUEST_BYTES} bytes"),
+        );
+        if !settled {
+            let state = DeliveryState::Rejected(Rejected { error: Some(error.to_amqp()) });
+            self.write_ack(channel, delivery_id, delivery_id, state);
+            self.top_up(channel, handle);
+            return;
+        }
+        if let Some(session) = self.sessions.get_mut(&channel) {
+            session.links.remove(&handle);
+            session.forget_link(handle, false);
+        }
+        self.roll_back_declared_by(channel, Some(handle));
+        let detach = fe2o3_amqp_types::performatives::Detach {
+            handle: handle.into(),
+            closed: true,
+            error: Some(error.to_amqp()),
+        };
+        frame::write_performative(&mut self.out, channel, &Performative::Detach(detach));
     }
 
     /// Answers the client's stored (or refused) transfers: consecutive accepted deliveries of a

@@ -1,6 +1,6 @@
 //! `com.microsoft:cancel-scheduled-message`: removes scheduled messages by sequence number.
 
-use ironbus_core::{Broker, EntityAddress, SequenceNumber, Transaction};
+use ironbus_core::{Broker, EntityAddress, Transaction};
 
 use crate::error::WireError;
 use crate::request::Request;
@@ -14,8 +14,7 @@ pub(super) async fn execute(
     request: &Request,
     txn: Option<&Transaction>,
 ) -> Result<Outcome, WireError> {
-    let numbers = long_list(request, "sequence-numbers")?;
-    let seqs: Vec<SequenceNumber> = numbers.into_iter().map(SequenceNumber).collect();
+    let seqs = sequence_numbers(request)?;
     match txn {
         Some(txn) => broker.cancel_in_transaction(txn, &address, &seqs)?,
         None => broker.cancel_scheduled(address, &seqs).await?,

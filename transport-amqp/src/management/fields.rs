@@ -2,9 +2,10 @@
 //! response maps.
 
 use fe2o3_amqp_types::primitives::{Array, OrderedMap, Value};
-use ironbus_core::{ApplicationProperties, PropertyValue, Timestamp};
+use ironbus_core::MAX_SEQUENCE_NUMBERS;
+use ironbus_core::{ApplicationProperties, PropertyValue, SequenceNumber, Timestamp};
 
-use crate::error::WireError;
+use crate::error::{WireError, ARGUMENT_OUT_OF_RANGE};
 use crate::request::Request;
 
 pub(super) fn map<const N: usize>(entries: [(&str, Value); N]) -> Value {
@@ -42,6 +43,24 @@ pub(super) fn items(value: Option<&Value>) -> Option<&[Value]> {
         Value::Array(Array(v)) | Value::List(v) => Some(v),
         _ => None,
     }
+}
+
+/// The request's `sequence-numbers`: at most [`MAX_SEQUENCE_NUMBERS`] of them (more is
+/// refused as out of range before anything is converted or asked of the broker).
+pub(super) fn sequence_numbers(request: &Request) -> Result<Vec<SequenceNumber>, WireError> {
+    const NAME: &str = "sequence-numbers";
+    let count = items(request.field(NAME)).map_or(0, <[Value]>::len);
+    if count > MAX_SEQUENCE_NUMBERS {
+        return Err(WireError::new(
+            ARGUMENT_OUT_OF_RANGE,
+            400,
+            format!(
+                "{NAME} holds {count} numbers; one request may name at most \
+                 {MAX_SEQUENCE_NUMBERS}"
+            ),
+        ));
+    }
+    Ok(long_list(request, NAME)?.into_iter().map(SequenceNumber).collect())
 }
 
 pub(super) fn long_list(request: &Request, name: &str) -> Result<Vec<i64>, WireError> {

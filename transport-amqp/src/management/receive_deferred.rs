@@ -4,7 +4,7 @@ use fe2o3_amqp_types::primitives::{Binary, Value};
 use std::sync::Arc;
 
 use ironbus_core::SessionReceiver;
-use ironbus_core::{Broker, EntityAddress, ReceiveMode, SequenceNumber, SessionError};
+use ironbus_core::{Broker, EntityAddress, ReceiveMode, SessionError};
 
 use crate::codec;
 use crate::error::WireError;
@@ -19,8 +19,7 @@ pub(super) async fn execute(
     request: &Request,
     held: Option<Arc<SessionReceiver>>,
 ) -> Result<Outcome, WireError> {
-    let seqs: Vec<SequenceNumber> =
-        long_list(request, "sequence-numbers")?.into_iter().map(SequenceNumber).collect();
+    let seqs = sequence_numbers(request)?;
     let mode = match request.field("receiver-settle-mode").and_then(as_i64) {
         Some(0) => ReceiveMode::ReceiveAndDelete,
         _ => ReceiveMode::PeekLock,

@@ -156,21 +156,16 @@ impl PartitionState {
                     .into(),
             ));
         }
-        for &seq in sequence_numbers {
+        // A number asked for twice is handed out once: a second hand-out would lock the
+        // message twice, or (receive-and-delete) find it gone.
+        let sequence_numbers = SequenceNumber::distinct(sequence_numbers);
+        for &seq in &sequence_numbers {
             match self.index.entry(queue, seq) {
                 Some(e) if e.state == MessageState::Deferred && e.lock().is_none() => {}
                 _ => return Err(BrokerError::MessageNotFound(seq)),
             }
         }
-        let mut received = Vec::with_capacity(sequence_numbers.len());
-        for (i, &seq) in sequence_numbers.iter().enumerate() {
-            // A number asked for twice is handed out once: a second hand-out would lock the
-            // message twice, or (receive-and-delete) find it gone.
-            if !sequence_numbers[..i].contains(&seq) {
-                received.push(self.hand_out(queue, seq, mode, now));
-            }
-        }
-        Ok(received)
+        Ok(sequence_numbers.into_iter().map(|seq| self.hand_out(queue, seq, mode, now)).collect())
     }
 
     pub(super) fn peek(&self, queue: SubQueue, from: SequenceNumber, max: usize) -> Vec<Outgoing> {

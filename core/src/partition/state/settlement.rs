@@ -7,6 +7,14 @@
 //! main-queue message that used up MaxDeliveryCount deliveries is dead-lettered; a message
 //! whose expiry passed while it was locked expires when it is unlocked instead of coming back;
 //! a session's message is renewed with its session lock, never on its own.
+//!
+//! The delivery count is what Service Bus's header carries: the deliveries before this one.
+//! Service Bus counts a delivery when it locks a message and takes the count back on a
+//! release; here a delivery is counted when it ends other than by completion or release — an
+//! abandon, a lock expiry, or a deferral (the deferred message's next delivery, by sequence
+//! number, shows 1; .NET `ServiceBusReceivedMessage.DeliveryCount` 2) — which shows the same
+//! numbers. A dead-letter sub-queue counts no deliveries (Service Bus leaves a dead letter's
+//! count where it was), so nothing there reaches MaxDeliveryCount.
 
 use super::PartitionState;
 use crate::error::{BrokerError, Result};
@@ -53,10 +61,10 @@ impl PartitionState {
             Disposition::Defer { properties } => {
                 if let Some(entry) = self.index.entry_mut(queue, seq) {
                     entry.state = MessageState::Deferred;
-                    entry.merge_properties(properties);
                 }
-                self.persist(queue, seq);
-                self.make_available(queue, seq, now);
+                // The delivery that ends in a deferral counted, as any other (Service Bus:
+                // at MaxDeliveryCount even a deferral dead-letters the message).
+                self.after_failed_delivery(queue, seq, properties, now);
             }
             Disposition::DeadLetter { reason, description, properties } => self
                 .move_to_dead_letter_from(
@@ -70,8 +78,9 @@ impl PartitionState {
         Ok(())
     }
 
-    /// An abandon or a lock expiry: count the delivery, then dead-letter the message if it has
-    /// used up its deliveries, else make it available again.
+    /// An abandon, a lock expiry or a deferral: count the delivery (but in a dead-letter
+    /// sub-queue), then dead-letter the message if it has used up its deliveries, else put it
+    /// back (available, or deferred).
     pub(crate) fn after_failed_delivery(
         &mut self,
         queue: SubQueue,
@@ -81,7 +90,9 @@ impl PartitionState {
     ) {
         let max = self.description.max_delivery_count;
         let Some(entry) = self.index.entry_mut(queue, seq) else { return };
-        entry.delivery_count += 1;
+        if !queue.is_dead_letter() {
+            entry.delivery_count = entry.delivery_count.saturating_add(1);
+        }
         entry.merge_properties(properties);
         let exhausted = entry.delivery_count >= max;
         if queue == SubQueue::Main && exhausted {
