@@ -409,7 +409,9 @@ async fn a_missing_entity_is_named_by_its_full_address() {
             assert_eq!(error.condition, ErrorCondition::AmqpError(AmqpError::NotFound));
             assert_eq!(
                 error.description.as_deref(),
-                Some("The messaging entity 'sb://ns.example.test/nothing/here' could not be found.")
+                Some(
+                    "The messaging entity 'sb://ns.example.test/nothing/here' could not be found."
+                )
             );
         }
         other => panic!("a receiver on a missing queue must be refused: {other:?}"),

@@ -50,8 +50,7 @@ pub fn check_api_version(
     omitted: &Omitted,
     echoed: bool,
 ) -> Result<(), HttpError> {
-    let (Some(version), Some(element), false) = (api_version, omitted.since_2021_05, echoed)
-    else {
+    let (Some(version), Some(element), false) = (api_version, omitted.since_2021_05, echoed) else {
         return Ok(());
     };
     let date = version.get(..7).filter(|d| {

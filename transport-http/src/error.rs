@@ -161,9 +161,8 @@ mod tests {
 
     #[test]
     fn missing_and_existing_entities_are_named_as_service_bus_names_them() {
-        let tracker = |path: &str, kind| {
-            system_tracker("myns", &EntityPath::parse(path).unwrap(), kind)
-        };
+        let tracker =
+            |path: &str, kind| system_tracker("myns", &EntityPath::parse(path).unwrap(), kind);
         assert_eq!(tracker("q", EntityKind::Queue), "myns:Queue:q");
         assert_eq!(tracker("a/b", EntityKind::Topic), "myns:Topic:a/b");
         assert_eq!(tracker("t/Subscriptions/s", EntityKind::Subscription), "myns:Topic:t|s");

@@ -392,7 +392,8 @@ impl App {
                         EntityDescription::Topic(d) => Some(d.max_message_size_in_kilobytes),
                         _ => None,
                     };
-                    let echoed = current_size.is_some() && described.max_message_size() == current_size;
+                    let echoed =
+                        current_size.is_some() && described.max_message_size() == current_size;
                     atom::check_api_version(api_version(parts), &omitted, echoed)?;
                     atom::fit_to_tier(tier, &mut described, &omitted, current_size)?;
                     atom::fit_partitioned_size(&mut described, &current.description);
@@ -449,7 +450,8 @@ impl App {
         if let Ok(about) = EntityPath::parse(&entity) {
             let kind = if path == Some(&about) { kind } else { EntityKind::Topic };
             let tracker = crate::error::system_tracker(&self.config.namespace, &about, kind);
-            answer.detail = crate::error::entity_detail(&tracker, exists, self.broker.clock().now());
+            answer.detail =
+                crate::error::entity_detail(&tracker, exists, self.broker.clock().now());
         }
         answer
     }

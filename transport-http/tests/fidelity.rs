@@ -39,8 +39,7 @@ async fn start(tier: Tier) -> Server {
     )
     .await
     .unwrap();
-    let authorizer =
-        Authorizer::new(vec![SasPolicy::new("root", KEY, Rights::MANAGE)]).unwrap();
+    let authorizer = Authorizer::new(vec![SasPolicy::new("root", KEY, Rights::MANAGE)]).unwrap();
     let mut config = HttpConfig::new(Arc::new(authorizer));
     config.namespace = "myns".to_owned();
     config.tier = tier;
