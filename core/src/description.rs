@@ -73,7 +73,9 @@ pub struct QueueDescription {
     pub enable_partitioning: bool,
     /// Number of partitions when partitioning is on (16 by default). Fixed at creation.
     pub partition_count: u16,
-    /// The most the queue may hold, in MiB. 1024 by default.
+    /// The most each of the queue's partitions may hold, in MiB (1024 by default): as in
+    /// Service Bus, a partitioned queue holds (and reports) this times its partition count
+    /// ([`QueueDescription::total_max_size_in_megabytes`]).
     pub max_size_in_megabytes: u64,
     /// The largest message the queue accepts, in KiB. 256 by default.
     pub max_message_size_in_kilobytes: u64,
@@ -140,6 +142,18 @@ impl QueueDescription {
         } else {
             1
         }
+    }
+
+    /// The most the whole queue may hold, in MiB: MaxSizeInMegabytes for each partition, what
+    /// Service Bus reports as a partitioned entity's MaxSizeInMegabytes (16,384 for 1,024 MiB
+    /// and 16 partitions).
+    pub fn total_max_size_in_megabytes(&self) -> u64 {
+        self.max_size_in_megabytes.saturating_mul(u64::from(self.partitions()))
+    }
+
+    /// The most the whole queue may hold, in bytes: what its size quota checks.
+    pub fn max_size_bytes(&self) -> u64 {
+        self.total_max_size_in_megabytes().saturating_mul(1024 * 1024)
     }
 
     /// Largest message in bytes.

@@ -8,12 +8,14 @@ use crate::types::{PartitionId, SequenceNumber};
 /// Why a broker operation failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum BrokerError {
-    /// No entity of that name exists. Not retriable.
-    #[error("entity {entity} not found")]
+    /// No entity of that name exists. Not retriable. Worded as Service Bus words it, which
+    /// SDKs and applications match on.
+    #[error("The messaging entity '{entity}' could not be found.")]
     EntityNotFound { entity: String },
 
-    /// Create of an entity whose name is taken. Not retriable.
-    #[error("entity {entity} already exists")]
+    /// Create of an entity whose name is taken. Not retriable. Worded as Service Bus words it
+    /// (the JS SDK's own tests look for `NAME' already exists.`).
+    #[error("The messaging entity '{entity}' already exists.")]
     EntityAlreadyExists { entity: String },
 
     /// A field of a description or request is out of range or malformed. Fix the input.

@@ -51,7 +51,8 @@
 //!   PartitionKey) must name the same one (else InvalidOperation); a batch without such a key
 //!   follows its first message's MessageId (with duplicate detection) or round-robin, as
 //!   Service Bus routes a batch envelope. **Architecture Invariant:** an entity never holds
-//!   more than MaxSizeInMegabytes: a send is refused (`QuotaExceeded`) unless what is stored
+//!   more than MaxSizeInMegabytes times its partitions (each partition gets the size, as in
+//!   Service Bus): a send is refused (`QuotaExceeded`) unless what is stored
 //!   plus what earlier sends reserved and have not yet been answered for leaves room; a started
 //!   send reserves its bytes until its answer.
 //! - **Receives.** A [`Receiver`] registers with every partition of its entity; a session

@@ -155,3 +155,31 @@ async fn pipelined_sends_stop_at_the_quota() {
     );
     drain_some_and_send_again(&broker, 10).await;
 }
+
+/// Service Bus gives each partition of a partitioned entity MaxSizeInMegabytes (and reports
+/// the product): a queue of 1 MiB and 4 partitions holds 4 MiB, and no more.
+#[tokio::test]
+async fn a_partitioned_queue_holds_max_size_per_partition() {
+    let broker = full_queue_broker().await;
+    let one = stored_size(&broker).await;
+    let description = QueueDescription {
+        max_size_in_megabytes: 1,
+        enable_partitioning: true,
+        partition_count: 4,
+        ..Default::default()
+    };
+    assert_eq!(description.total_max_size_in_megabytes(), 4);
+    broker.create_queue("p", description).await.unwrap();
+    let mut accepted = 0usize;
+    let refusal = loop {
+        assert!(accepted < 8 * (LIMIT as usize / BODY), "no refusal after {accepted} sends");
+        match broker.send("p", vec![message(accepted)]).await {
+            Ok(_) => accepted += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(refusal, BrokerError::QuotaExceeded(_)), "{refusal:?}");
+    let used = broker.get_queue_runtime("p").await.unwrap().size_in_bytes;
+    assert!(used > 3 * LIMIT, "four partitions of 1 MiB hold more than 3 MiB: {used}");
+    assert!(used <= 4 * LIMIT + one, "and at most 4 MiB: {used}");
+}

@@ -78,7 +78,7 @@ use crate::frame::{self, FrameError, FrameReader, InFrame, ProtocolHeader};
 use crate::AmqpStats;
 
 pub use self::address::node_path;
-use self::address::{resolve, Node};
+use self::address::{entity_url, resolve, Node};
 use self::cbs::Grants;
 use self::deliveries::{Settle, SettleAnswer, Unsettled};
 use self::links::{LinkState, Outbound, OutboundLink};
@@ -287,6 +287,9 @@ struct Connection {
     txns: Transactions,
     /// Session links whose lock expired, and since when (detached a moment later: `links.rs`).
     lost_since: HashMap<(u16, u32), Instant>,
+    /// The host the client's Open named (the namespace host it connected to), if a sane one:
+    /// Service Bus names a missing entity `sb://<host>/<path>`.
+    hostname: Option<String>,
 }
 
 impl Connection {
@@ -312,6 +315,7 @@ impl Connection {
             acks: Vec::new(),
             txns: Transactions::new(cx.broker.clone()),
             lost_since: HashMap::new(),
+            hostname: None,
             watcher,
             cx,
         }
@@ -443,6 +447,9 @@ impl Connection {
             open.max_frame_size.0.clamp(frame::MIN_MAX_FRAME_SIZE, MAX_FRAME_SIZE);
         self.remote_idle =
             open.idle_time_out.filter(|ms| *ms > 0).map(|ms| Duration::from_millis(u64::from(ms)));
+        self.hostname = open.hostname.filter(|h| {
+            !h.is_empty() && h.len() <= 255 && h.chars().all(|c| c.is_ascii_graphic() && c != '/')
+        });
         let reply = Open {
             container_id: self.cx.container_id.clone(),
             hostname: None,

@@ -58,11 +58,12 @@ struct Management {
     next_id: u64,
 }
 
-/// A response: status code, error condition, body.
+/// A response: status code, error condition, description, body.
 #[derive(Debug)]
 struct Response {
     status: i32,
     condition: Option<String>,
+    description: Option<String>,
     body: Value,
 }
 
@@ -134,7 +135,11 @@ impl Management {
             Some(SimpleValue::String(s)) => Some(s.clone()),
             _ => None,
         };
-        Response { status, condition, body: message.body.0 }
+        let description = match props.get("statusDescription") {
+            Some(SimpleValue::String(s)) => Some(s.clone()),
+            _ => None,
+        };
+        Response { status, condition, description, body: message.body.0 }
     }
 
     async fn add_rule(&mut self, name: &str, description: Value) -> Response {
@@ -221,6 +226,12 @@ async fn rules_are_added_enumerated_and_removed_through_the_management_node() {
     let response = mgmt.add_rule("SQLRULE", map(vec![("sql-filter", sql("1=1"))])).await;
     assert_eq!(response.status, 409, "{response:?}");
     assert_eq!(response.condition.as_deref(), Some("com.microsoft:entity-already-exists"));
+    // In Service Bus's words, which the JS SDK's own tests match (`NAME' already exists.`).
+    assert_eq!(
+        response.description.as_deref(),
+        Some("The messaging entity 't/Subscriptions/s1/Rules/SQLRULE' already exists."),
+        "{response:?}"
+    );
     // No filter: 400.
     let response = mgmt.add_rule("bad", map(vec![])).await;
     assert_eq!(response.status, 400, "{response:?}");
@@ -377,4 +388,32 @@ async fn a_topic_fans_out_to_its_subscriptions() {
     guard(sender.detach()).await.unwrap();
     session.end().await.unwrap();
     connection.close().await.unwrap();
+}
+
+/// A link to a missing entity is refused naming its full address as Service Bus does:
+/// `sb://<the host the client connected to>/<path>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_entity_is_named_by_its_full_address() {
+    let (_broker, url, _trigger) = start().await;
+    let mut connection = guard(
+        Connection::builder()
+            .container_id("missing-test")
+            .hostname("ns.example.test")
+            .open(url.as_str()),
+    )
+    .await
+    .unwrap();
+    let mut session = guard(Session::begin(&mut connection)).await.unwrap();
+    match guard(Receiver::attach(&mut session, "missing-receiver", "nothing/here")).await {
+        Err(ReceiverAttachError::RemoteClosedWithError(error)) => {
+            assert_eq!(error.condition, ErrorCondition::AmqpError(AmqpError::NotFound));
+            assert_eq!(
+                error.description.as_deref(),
+                Some(
+                    "The messaging entity 'sb://ns.example.test/nothing/here' could not be found."
+                )
+            );
+        }
+        other => panic!("a receiver on a missing queue must be refused: {other:?}"),
+    }
 }

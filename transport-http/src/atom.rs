@@ -43,9 +43,14 @@ pub(crate) const LARGE_MESSAGES_API_VERSION: &str = "2021-05";
 /// Refuses a description that uses an element its request's `api-version` does not know, as
 /// Service Bus does: `MaxMessageSizeInKilobytes` needs 2021-05 or later (with 2017-04 a queue
 /// asking for 1024 KB is a 400). A request without an api-version, or with one not of the
-/// `YYYY-MM[-suffix]` form, is not judged.
-pub fn check_api_version(api_version: Option<&str>, omitted: &Omitted) -> Result<(), HttpError> {
-    let (Some(version), Some(element)) = (api_version, omitted.since_2021_05) else {
+/// `YYYY-MM[-suffix]` form, is not judged; nor is an update that sends back the entity's
+/// current value (`echoed`): a get then update with 2017-04 echoes what the get read.
+pub fn check_api_version(
+    api_version: Option<&str>,
+    omitted: &Omitted,
+    echoed: bool,
+) -> Result<(), HttpError> {
+    let (Some(version), Some(element), false) = (api_version, omitted.since_2021_05, echoed) else {
         return Ok(());
     };
     let date = version.get(..7).filter(|d| {
@@ -85,6 +90,14 @@ pub fn fit_to_tier(
     let range = tier.max_message_sizes_kb();
     if range.contains(size) || current == Some(*size) {
         return Ok(());
+    }
+    if tier == Tier::Premium {
+        return Err(HttpError::bad_request(format!(
+            "SubCode=40000. Bad Request. The value of MaxMessageSizeInKilobytes, {size}, is out \
+             of range: MaxMessageSizeInKilobytes must be between {} and {}",
+            range.start(),
+            range.end()
+        )));
     }
     let allowed = if range.start() == range.end() {
         format!("only {}", range.start())
@@ -229,6 +242,23 @@ pub(crate) fn feed(
     out
 }
 
+/// The namespace root's document (`GET /`), as Service Bus answers it: an empty feed of
+/// "Publicly Listed Services".
+pub fn namespace_root(now: Timestamp) -> String {
+    format!(
+        concat!(
+            r#"<?xml version="1.0" encoding="utf-8"?>"#,
+            r#"<feed xmlns="{ns}"><title type="text">Publicly Listed Services</title>"#,
+            r#"<subtitle type="text">This is the list of publicly-listed services currently "#,
+            "available.</subtitle><id>uuid:{id};id=1</id><updated>{now}</updated>",
+            "<generator>Service Bus 1.1</generator></feed>"
+        ),
+        ns = ATOM_NS,
+        id = uuid::Uuid::new_v4(),
+        now = iso8601(now),
+    )
+}
+
 /// The `$namespaceinfo` entry.
 pub fn namespace_info(base: &str, namespace: &str, created: Timestamp, tier: Tier) -> String {
     // A Premium namespace has messaging units (ironbus reports one); Standard has none.
@@ -263,6 +293,25 @@ pub fn namespace_info(base: &str, namespace: &str, created: Timestamp, tier: Tie
     )
 }
 
+/// A partitioned queue's or topic's MaxSizeInMegabytes as an update gives it. Service Bus
+/// gives each partition the size and reports all of them together (MaxSizeInMegabytes times
+/// the partitions: 16,384 for 1,024 and 16), and clients send back what they read: that total
+/// keeps each partition's current size. Any other value is each partition's, as on creation.
+pub fn fit_partitioned_size(described: &mut Described, current: &EntityDescription) {
+    let (size, each, total) = match (described, current) {
+        (Described::Queue(d), EntityDescription::Queue(c)) => {
+            (&mut d.max_size_in_megabytes, c.max_size_in_megabytes, c.total_max_size_in_megabytes())
+        }
+        (Described::Topic(d), EntityDescription::Topic(c)) => {
+            (&mut d.max_size_in_megabytes, c.max_size_in_megabytes, c.total_max_size_in_megabytes())
+        }
+        _ => return,
+    };
+    if *size == total {
+        *size = each;
+    }
+}
+
 /// What a PUT body describes.
 #[derive(Debug)]
 pub enum Described {
@@ -274,6 +323,25 @@ pub enum Described {
 }
 
 impl Described {
+    /// The kind described.
+    pub fn entity_kind(&self) -> EntityKind {
+        match self {
+            Described::Queue(_) => EntityKind::Queue,
+            Described::Topic(_) => EntityKind::Topic,
+            Described::Subscription(..) => EntityKind::Subscription,
+            Described::Rule(_) => EntityKind::Rule,
+        }
+    }
+
+    /// The MaxMessageSizeInKilobytes of a queue or topic described.
+    pub fn max_message_size(&self) -> Option<u64> {
+        match self {
+            Described::Queue(d) => Some(d.max_message_size_in_kilobytes),
+            Described::Topic(d) => Some(d.max_message_size_in_kilobytes),
+            Described::Subscription(..) | Described::Rule(_) => None,
+        }
+    }
+
     /// The kind's name, for messages.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -463,13 +531,20 @@ pub(crate) fn availability(runtime: Option<&QueueRuntime>) -> &'static str {
     }
 }
 
-/// A forwarding target's element (`ForwardTo`, `ForwardDeadLetteredMessagesTo`) as a URL under
-/// `base`; absent when there is no target.
+/// A forwarding target's element (`ForwardTo`, `ForwardDeadLetteredMessagesTo`) as Service Bus
+/// writes it whatever the api-version: `sb://host[:port]/name`, the host that of `base` (the
+/// `https://` or `http://` base the client addressed); absent when there is no target.
 pub(crate) fn forward_element(base: &str, element: &str, target: Option<&str>) -> String {
     match target {
-        Some(t) => format!("<{element}>{}</{element}>", escape(&format!("{base}/{t}"))),
+        Some(t) => format!("<{element}>{}</{element}>", escape(&forward_url(base, t))),
         None => String::new(),
     }
+}
+
+/// `sb://host[:port]/target` for the host of `base` (`scheme://host[:port]`).
+pub(crate) fn forward_url(base: &str, target: &str) -> String {
+    let host = base.split_once("://").map_or(base, |(_, host)| host);
+    format!("sb://{host}/{target}")
 }
 
 pub(crate) fn number<T: std::str::FromStr>(value: &str) -> Result<T, &'static str> {
@@ -497,13 +572,47 @@ mod tests {
     fn api_versions_before_2021_05_refuse_max_message_size() {
         let large =
             Omitted { since_2021_05: Some("MaxMessageSizeInKilobytes"), ..Omitted::default() };
-        let refused = check_api_version(Some("2017-04"), &large).unwrap_err();
+        let refused = check_api_version(Some("2017-04"), &large, false).unwrap_err();
         assert_eq!(refused.status.as_u16(), 400);
         assert!(refused.detail.contains("api-version 2017-04"), "{}", refused.detail);
         for fine in [Some("2021-05"), Some("2024-05"), Some("2021-05-preview"), None, Some("x")] {
-            assert!(check_api_version(fine, &large).is_ok(), "{fine:?}");
+            assert!(check_api_version(fine, &large, false).is_ok(), "{fine:?}");
         }
-        assert!(check_api_version(Some("2017-04"), &Omitted::default()).is_ok());
+        assert!(check_api_version(Some("2017-04"), &Omitted::default(), false).is_ok());
+        // An update sending back the entity's current value is what a get then update does.
+        assert!(check_api_version(Some("2017-04"), &large, true).is_ok());
+    }
+
+    #[test]
+    fn forward_targets_are_sb_urls_whatever_the_scheme_of_the_request() {
+        for base in ["https://ns.example:5301", "http://ns.example:5301"] {
+            assert_eq!(
+                forward_element(base, "ForwardTo", Some("dest")),
+                "<ForwardTo>sb://ns.example:5301/dest</ForwardTo>"
+            );
+        }
+        assert_eq!(forward_element("https://h", "ForwardTo", None), "");
+    }
+
+    #[test]
+    fn an_update_sending_a_partitioned_total_back_keeps_each_partitions_size() {
+        let partitioned = QueueDescription {
+            enable_partitioning: true,
+            max_size_in_megabytes: 1024,
+            ..QueueDescription::default()
+        };
+        let current = EntityDescription::Queue(partitioned.clone());
+        for (given, kept) in [(16_384, 1024), (2048, 2048), (1024, 1024)] {
+            let mut described = Described::Queue(QueueDescription {
+                max_size_in_megabytes: given,
+                ..partitioned.clone()
+            });
+            fit_partitioned_size(&mut described, &current);
+            match described {
+                Described::Queue(d) => assert_eq!(d.max_size_in_megabytes, kept, "{given}"),
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -4,11 +4,17 @@
 //! The mapping from [`BrokerError`] lives here and only here. It differs between the two APIs in
 //! one place: a missing entity is 410 Gone on the data plane and 404 on management (http.md
 //! A.9, B.3). Client mistakes are always 4xx: a 5xx makes the Python SDK retry for minutes.
+//!
+//! A management answer about a missing or existing entity is worded as Service Bus words it
+//! ([`entity_detail`]), which applications match on: `The messaging entity 'ns:Queue:q' could
+//! not be found. To know more visit https://aka.ms/sbResourceMgrExceptions.  TrackingId:…,
+//! SystemTracker:ns:Queue:q, Timestamp:…`, and for a conflict `SubCode=40900. Conflict. The
+//! messaging entity '…' already exists. …`.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ironbus_core::auth::AuthError;
-use ironbus_core::BrokerError;
+use ironbus_core::{BrokerError, EntityKind, EntityPath, PathShape, Timestamp};
 
 use crate::atom::escape;
 
@@ -81,6 +87,46 @@ impl HttpError {
     }
 }
 
+/// Service Bus's name of an entity in management errors (its `SystemTracker`):
+/// `ns:Queue:q`, `ns:Topic:t`, `ns:Topic:t|s` for a subscription, `ns:Topic:t|s|r` for a rule.
+/// `kind` says whether a bare name is a queue or a topic (only the namespace knows).
+pub fn system_tracker(namespace: &str, path: &EntityPath, kind: EntityKind) -> String {
+    match path.shape() {
+        PathShape::QueueOrTopic => {
+            let kind = if kind == EntityKind::Topic { "Topic" } else { "Queue" };
+            format!("{namespace}:{kind}:{}", path.as_str())
+        }
+        PathShape::Subscription | PathShape::Rule => {
+            let mut names = vec![path.name().to_owned()];
+            let mut parent = path.parent();
+            while let Some(p) = parent {
+                names.push(p.name().to_owned());
+                parent = p.parent();
+            }
+            names.reverse();
+            format!("{namespace}:Topic:{}", names.join("|"))
+        }
+    }
+}
+
+/// The text Service Bus answers a management request about a missing (`exists` false) or an
+/// existing entity with: its words, the entity's `tracker` ([`system_tracker`]), and a tracking
+/// id and timestamp (`2024-01-01T10:00:00`) as the real service appends them.
+pub fn entity_detail(tracker: &str, exists: bool, now: Timestamp) -> String {
+    let what = if exists {
+        format!("SubCode=40900. Conflict. The messaging entity '{tracker}' already exists.")
+    } else {
+        format!("The messaging entity '{tracker}' could not be found.")
+    };
+    let stamp = crate::timefmt::iso8601(now);
+    let stamp = stamp.get(..19).unwrap_or(&stamp);
+    format!(
+        "{what} To know more visit https://aka.ms/sbResourceMgrExceptions.  TrackingId:{}_G0, \
+         SystemTracker:{tracker}, Timestamp:{stamp}",
+        uuid::Uuid::new_v4()
+    )
+}
+
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let body = format!(
@@ -110,6 +156,37 @@ mod tests {
         assert_eq!(
             HttpError::from_broker(missing(), Plane::Management).status,
             StatusCode::NOT_FOUND
+        );
+    }
+
+    #[test]
+    fn missing_and_existing_entities_are_named_as_service_bus_names_them() {
+        let tracker =
+            |path: &str, kind| system_tracker("myns", &EntityPath::parse(path).unwrap(), kind);
+        assert_eq!(tracker("q", EntityKind::Queue), "myns:Queue:q");
+        assert_eq!(tracker("a/b", EntityKind::Topic), "myns:Topic:a/b");
+        assert_eq!(tracker("t/Subscriptions/s", EntityKind::Subscription), "myns:Topic:t|s");
+        assert_eq!(tracker("t/subscriptions/s/rules/r", EntityKind::Rule), "myns:Topic:t|s|r");
+
+        let now = Timestamp::from_millis(1_600_000_000_000);
+        let missing = entity_detail("myns:Queue:q", false, now);
+        assert!(
+            missing.starts_with(
+                "The messaging entity 'myns:Queue:q' could not be found. To know more visit \
+                 https://aka.ms/sbResourceMgrExceptions.  TrackingId:"
+            ),
+            "{missing}"
+        );
+        assert!(
+            missing.ends_with("_G0, SystemTracker:myns:Queue:q, Timestamp:2020-09-13T12:26:40"),
+            "{missing}"
+        );
+        let taken = entity_detail("myns:Topic:t|s", true, now);
+        assert!(
+            taken.starts_with(
+                "SubCode=40900. Conflict. The messaging entity 'myns:Topic:t|s' already exists. "
+            ),
+            "{taken}"
         );
     }
 

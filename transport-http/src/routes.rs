@@ -19,6 +19,9 @@ use crate::error::HttpError;
 pub enum Route {
     Health,
     Metrics,
+    /// `GET /`: the namespace root, which Service Bus answers with its feed of publicly listed
+    /// services (the JS admin client asks for it).
+    NamespaceRoot,
     NamespaceInfo,
     /// `GET /$Resources/queues`.
     ListQueues,
@@ -116,7 +119,7 @@ pub fn route(method: &Method, path: &str, ops: bool) -> Result<Route, HttpError>
     };
 
     if path.is_empty() {
-        return Err(HttpError::not_found("no entity named in the path"));
+        return if *method == Method::GET { Ok(Route::NamespaceRoot) } else { not_allowed() };
     }
     if ops && n == 1 && (is(0, "health") || is(0, "metrics")) {
         if method != Method::GET {
@@ -277,7 +280,8 @@ mod tests {
         assert!(route(&Method::GET, "health", false)
             .is_ok_and(|r| r == Route::Entity { path: path("health") }));
         assert_eq!(route(&Method::PATCH, "q", true).unwrap_err().status.as_u16(), 405);
-        assert_eq!(route(&Method::GET, "", true).unwrap_err().status.as_u16(), 404);
+        assert_eq!(r(Method::GET, ""), Route::NamespaceRoot);
+        assert_eq!(route(&Method::PUT, "", true).unwrap_err().status.as_u16(), 405);
     }
 
     fn path(p: &str) -> EntityPath {

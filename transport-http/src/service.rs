@@ -23,8 +23,8 @@ use ironbus_core::auth::{AuthError, AuthErrorKind, AuthorizationRule, EntityRule
 use ironbus_core::broker::Owner;
 use ironbus_core::transport::authorization::{entity_rules, named_entity};
 use ironbus_core::{
-    Availability, Broker, EntityDescription, EntityInfo, EntityKind, EntityPath, PathShape,
-    QueueInfo, ReceiveMode,
+    Availability, Broker, BrokerError, EntityDescription, EntityInfo, EntityKind, EntityPath,
+    PathShape, QueueInfo, ReceiveMode,
 };
 use serde_json::json;
 
@@ -188,6 +188,13 @@ impl App {
                     self.authorize(parts, &path, Right::Listen).await?;
                 }
                 Err(HttpError::new(StatusCode::NOT_IMPLEMENTED, what))
+            }
+            Route::NamespaceRoot => {
+                // Service Bus answers it to anyone (it is what a browser pointed at the
+                // namespace sees): a feed that lists nothing.
+                *operation = Operation::NamespaceInfo;
+                let now = self.broker.clock().now();
+                Ok(xml(StatusCode::OK, atom::FEED_CONTENT_TYPE, atom::namespace_root(now)))
             }
             Route::NamespaceInfo => {
                 *operation = Operation::NamespaceInfo;
@@ -404,7 +411,8 @@ impl App {
         path: &EntityPath,
         operation: &mut Operation,
     ) -> Result<Response, HttpError> {
-        let management = |e| HttpError::from_broker(e, Plane::Management);
+        // GET and DELETE cannot tell a missing queue from a missing topic: Queue, as JS asks.
+        let management = |e| self.management_error(e, Some(path), EntityKind::Queue);
         let base = self.base(parts);
         match parts.method.as_str() {
             "GET" => {
@@ -422,7 +430,8 @@ impl App {
                 *operation = Operation::PutEntity;
                 let body = self.read_body(body).await?;
                 let (mut described, omitted) = atom::parse_description(&body)?;
-                atom::check_api_version(api_version(parts), &omitted)?;
+                let kind = described.entity_kind();
+                let management = |e| self.management_error(e, Some(path), kind);
                 let tier = self.config.tier;
                 let (status, info) = if parts.headers.contains_key(header::IF_MATCH) {
                     let current = self.broker.get_entity(path).await.map_err(management)?;
@@ -431,7 +440,11 @@ impl App {
                         EntityDescription::Topic(d) => Some(d.max_message_size_in_kilobytes),
                         _ => None,
                     };
+                    let echoed =
+                        current_size.is_some() && described.max_message_size() == current_size;
+                    atom::check_api_version(api_version(parts), &omitted, echoed)?;
                     atom::fit_to_tier(tier, &mut described, &omitted, current_size)?;
+                    atom::fit_partitioned_size(&mut described, &current.description);
                     let update =
                         described.into_update(&current.description, &omitted).map_err(|body| {
                             HttpError::bad_request(format!(
@@ -443,6 +456,7 @@ impl App {
                         })?;
                     (StatusCode::OK, self.broker.update_entity(path, update).await)
                 } else {
+                    atom::check_api_version(api_version(parts), &omitted, false)?;
                     atom::fit_to_tier(tier, &mut described, &omitted, None)?;
                     let created = match described {
                         Described::Queue(d) => {
@@ -463,6 +477,31 @@ impl App {
                 self.entity_entry(status, &base, &info.map_err(management)?).await
             }
         }
+    }
+
+    /// The answer to a management error about the entity at `path` (`kind`: what a bare name
+    /// there is): a missing or existing entity in Service Bus's words, naming the entity the
+    /// error is about (a request's parent when that is what is missing, and then a bare name
+    /// is a topic); any other error as [`HttpError::from_broker`] maps it.
+    fn management_error(
+        &self,
+        error: BrokerError,
+        path: Option<&EntityPath>,
+        kind: EntityKind,
+    ) -> HttpError {
+        let (entity, exists) = match &error {
+            BrokerError::EntityNotFound { entity } => (entity.clone(), false),
+            BrokerError::EntityAlreadyExists { entity } => (entity.clone(), true),
+            _ => return HttpError::from_broker(error, Plane::Management),
+        };
+        let mut answer = HttpError::from_broker(error, Plane::Management);
+        if let Ok(about) = EntityPath::parse(&entity) {
+            let kind = if path == Some(&about) { kind } else { EntityKind::Topic };
+            let tracker = crate::error::system_tracker(&self.config.namespace, &about, kind);
+            answer.detail =
+                crate::error::entity_detail(&tracker, exists, self.broker.clock().now());
+        }
+        answer
     }
 
     /// An entity's entry document, of its kind, with its runtime figures when its partitions
@@ -518,7 +557,11 @@ impl App {
     where
         F: std::future::Future<Output = ironbus_core::Result<Vec<EntityInfo>>>,
     {
-        let (Page { skip, top }, page, more) = Page::of(params)?.fetch(list).await?;
+        // A listing's missing parent is a topic (of subscriptions) or a subscription (of rules).
+        let (Page { skip, top }, page, more) = Page::of(params)?
+            .fetch(list)
+            .await
+            .map_err(|e| self.management_error(e, None, EntityKind::Topic))?;
         let base = self.base(parts);
         let mut entries = Vec::with_capacity(page.len());
         for info in &page {
@@ -647,13 +690,11 @@ impl Page {
     async fn fetch<T, F>(
         self,
         list: impl FnOnce(usize, usize) -> F,
-    ) -> Result<(Page, Vec<T>, bool), HttpError>
+    ) -> Result<(Page, Vec<T>, bool), BrokerError>
     where
         F: std::future::Future<Output = ironbus_core::Result<Vec<T>>>,
     {
-        let mut items = list(self.skip, self.top.saturating_add(1))
-            .await
-            .map_err(|e| HttpError::from_broker(e, Plane::Management))?;
+        let mut items = list(self.skip, self.top.saturating_add(1)).await?;
         let more = items.len() > self.top;
         items.truncate(self.top);
         Ok((self, items, more))

@@ -68,6 +68,78 @@ test("queue lifecycle: create, get, update, list, delete", opts, async () => {
   await assert.rejects(client.deleteQueue(name), (e) => e.code === "MessageEntityNotFoundError");
 });
 
+test("missing and existing entities are answered in Service Bus's words", opts, async () => {
+  const client = admin();
+  const name = fresh("words");
+  await assert.rejects(
+    client.deleteQueue(name),
+    (e) =>
+      e.code === "MessageEntityNotFoundError" &&
+      e.message.includes(`:Queue:${name}' could not be found.`) &&
+      e.message.includes("TrackingId:"),
+  );
+  await client.createQueue(name);
+  await assert.rejects(
+    client.createQueue(name),
+    (e) =>
+      e.code === "MessageEntityAlreadyExistsError" &&
+      e.message.includes(`:Queue:${name}' already exists.`) &&
+      e.message.includes("SubCode=40900"),
+  );
+  await client.deleteQueue(name);
+});
+
+test("a partitioned queue reports its 16 partitions' size and keeps it through updates", opts, async () => {
+  const client = admin();
+  const name = fresh("psize");
+  const created = await client.createQueue(name, {
+    enablePartitioning: true,
+    maxSizeInMegabytes: 1024,
+  });
+  assert.equal(created.maxSizeInMegabytes, 16384);
+  const props = await client.getQueue(name);
+  assert.equal(props.maxSizeInMegabytes, 16384);
+  props.maxDeliveryCount = 4;
+  const updated = await client.updateQueue(props);
+  assert.equal(updated.maxSizeInMegabytes, 16384);
+  assert.equal((await client.getQueue(name)).maxSizeInMegabytes, 16384);
+  await client.deleteQueue(name);
+});
+
+test("forward targets read back as sb:// addresses", opts, async () => {
+  const client = admin();
+  const destination = fresh("fwd-dest");
+  const source = fresh("fwd-src");
+  await client.createQueue(destination);
+  try {
+    const created = await client.createQueue(source, {
+      forwardTo: destination,
+      forwardDeadLetteredMessagesTo: destination,
+    });
+    for (const props of [created, await client.getQueue(source)]) {
+      for (const target of [props.forwardTo, props.forwardDeadLetteredMessagesTo]) {
+        assert.match(target, /^sb:\/\/[^/]+\//, target);
+        assert.ok(target.endsWith(`/${destination}`), target);
+      }
+    }
+    // Sent back as read, the targets stay.
+    const props = await client.getQueue(source);
+    props.maxDeliveryCount = 3;
+    await client.updateQueue(props);
+    assert.ok((await client.getQueue(source)).forwardTo.endsWith(`/${destination}`));
+  } finally {
+    await client.deleteQueue(source).catch(() => {});
+    await client.deleteQueue(destination);
+  }
+});
+
+test("the namespace root answers 200", opts, async () => {
+  const root = await fetch(`${httpUrl()}/`);
+  assert.equal(root.status, 200);
+  const body = await root.text();
+  assert.ok(body.includes("<feed"), body);
+});
+
 test("partitioned queue keeps partitioning through updates", opts, async () => {
   const client = admin();
   const name = fresh("part");

@@ -32,6 +32,12 @@ test("unknown entity: MessagingEntityNotFound", opts, () =>
     const received = await timed(() => receiver.receiveMessages(1, { maxWaitTimeInMs: 5000 }));
     assert.equal(received.error?.code, "MessagingEntityNotFound", String(received.error));
     assert.ok(received.tookMs < QUICK_MS, `the receiver took ${received.tookMs} ms to fail`);
+    // Named by its full address, as Service Bus names it.
+    for (const error of [sent.error, received.error]) {
+      const words = `/${name}' could not be found.`;
+      assert.ok(error.message.includes("The messaging entity 'sb://"), error.message);
+      assert.ok(error.message.includes(words), error.message);
+    }
   }));
 
 test("wrong key: UnauthorizedAccess", opts, () =>

@@ -144,9 +144,12 @@ test("rule manager: createRule, listRules by page, deleteRule", opts, () =>
       assert.equal(byName.correlationRule.filter.applicationProperties?.color, "blue");
       assert.equal(byName.correlationRule.action.sqlExpression, undefined);
 
+      // In Service Bus's words, which the SDK's own tests match.
       await assert.rejects(
         rules.createRule("sqlRule", { sqlExpression: "1=1" }),
-        (e) => e.code === "MessagingEntityAlreadyExists",
+        (e) =>
+          e.code === "MessagingEntityAlreadyExists" &&
+          /The messaging entity '.*sqlRule' already exists\./.test(e.message),
       );
       await assert.rejects(
         rules.deleteRule("noSuchRule"),

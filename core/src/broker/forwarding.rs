@@ -330,7 +330,7 @@ impl Broker {
         let mut groups: HashMap<PartitionId, Group<Arc<Message>>> = HashMap::new();
         let mut incoming = 0u64;
         let stored: u64 = entity.partitions.iter().map(|p| p.shared.size_bytes()).sum();
-        let limit = description.max_size_in_megabytes.saturating_mul(1024 * 1024);
+        let limit = description.max_size_bytes();
         let pending = entity.pending_bytes.load(Ordering::Acquire);
         for (place, (id, message)) in transfers.into_iter().enumerate() {
             match admit(&entity, &description, &message, stored + pending + incoming, limit) {

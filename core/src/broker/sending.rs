@@ -198,7 +198,7 @@ impl Reservation {
     /// a link's sends), must leave room. The bytes stay reserved until the reservation drops.
     pub(super) fn take(entity: &Arc<EntityHandle>, incoming: u64) -> Result<Reservation> {
         let stored: u64 = entity.partitions.iter().map(|p| p.shared.size_bytes()).sum();
-        let limit = entity.description().max_size_in_megabytes.saturating_mul(1024 * 1024);
+        let limit = entity.description().max_size_bytes();
         let pending = entity.pending_bytes.fetch_add(incoming, Ordering::AcqRel);
         let reservation = Reservation { entity: entity.clone(), bytes: incoming };
         if stored + pending + incoming > limit {

@@ -178,7 +178,7 @@ impl SessionReceiver {
 fn check_quota(entity: &EntityHandle, state: Option<&Bytes>) -> Result<()> {
     let Some(state) = state else { return Ok(()) };
     let used: u64 = entity.partitions.iter().map(|p| p.shared.size_bytes()).sum();
-    let limit = entity.description().max_size_in_megabytes.saturating_mul(1024 * 1024);
+    let limit = entity.description().max_size_bytes();
     if used + state.len() as u64 > limit {
         return Err(BrokerError::QuotaExceeded(format!(
             "{} is full: {used} of {limit} bytes used",

@@ -34,6 +34,7 @@ pub const MAX_SUBSCRIPTION_OR_RULE_NAME_LEN: usize = 50;
 pub struct TopicDescription {
     /// The TTL of messages that set none, and the cap of those that do.
     pub default_message_time_to_live: Duration,
+    /// The most each partition may hold, in MiB (see [`QueueDescription::max_size_in_megabytes`]).
     pub max_size_in_megabytes: u64,
     /// Fixed at creation.
     pub requires_duplicate_detection: bool,
@@ -106,6 +107,11 @@ impl TopicDescription {
     /// The number of partitions: `partition_count` when partitioned, else 1.
     pub fn partitions(&self) -> u16 {
         self.effective().partitions()
+    }
+
+    /// The most the whole topic may hold, in MiB: MaxSizeInMegabytes for each partition.
+    pub fn total_max_size_in_megabytes(&self) -> u64 {
+        self.max_size_in_megabytes.saturating_mul(u64::from(self.partitions()))
     }
 
     pub fn validate(&self) -> Result<()> {

@@ -41,6 +41,19 @@ pub(super) fn resolve(path: &str) -> Result<Node, WireError> {
     })
 }
 
+/// A node's address as Service Bus names it in errors: `sb://<host>/<path>`, the host the one
+/// the client's Open named, else the one in the link's `address`, else `localhost`.
+pub(super) fn entity_url(hostname: Option<&str>, address: &str, path: &str) -> String {
+    let from_address = address
+        .split_once("://")
+        .map(|(_, rest)| rest.split('/').next().unwrap_or(""))
+        .map(|authority| authority.rsplit('@').next().unwrap_or(authority))
+        .map(|host| host.split(':').next().unwrap_or(host))
+        .filter(|host| !host.is_empty());
+    let host = hostname.or(from_address).unwrap_or("localhost");
+    format!("sb://{host}/{path}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,6 +72,17 @@ mod tests {
         for (address, path) in cases {
             assert_eq!(node_path(address), path, "{address}");
         }
+    }
+
+    #[test]
+    fn entity_urls_name_the_host_the_client_connected_to() {
+        assert_eq!(entity_url(Some("ns.example"), "q", "q"), "sb://ns.example/q");
+        assert_eq!(
+            entity_url(None, "amqps://ns.example:5671/q/$DeadLetterQueue", "q/$DeadLetterQueue"),
+            "sb://ns.example/q/$DeadLetterQueue"
+        );
+        assert_eq!(entity_url(Some("h"), "amqps://other/q", "q"), "sb://h/q");
+        assert_eq!(entity_url(None, "q", "q"), "sb://localhost/q");
     }
 
     #[test]

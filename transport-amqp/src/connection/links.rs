@@ -22,8 +22,8 @@ use fe2o3_amqp_types::primitives::{Symbol, Value};
 use futures_util::future::{AbortHandle, Abortable};
 use ironbus_core::auth::Right;
 use ironbus_core::{
-    EntityAddress, EntityDescription, EntityPath, PathShape, ReceiveMode, Receiver, SessionError,
-    SessionReceiver,
+    BrokerError, EntityAddress, EntityDescription, EntityPath, PathShape, ReceiveMode, Receiver,
+    SessionError, SessionReceiver,
 };
 
 use crate::error::{WireError, SESSION_LOCK_LOST};
@@ -245,8 +245,14 @@ impl Connection {
                     (Node::Entity(_), false) => Some(Right::Listen),
                     _ => None,
                 };
-                if let Err(e) = self.cx.broker.get_entity(&entity.entity).await {
-                    return self.refuse(channel, attach, WireError::from(e));
+                match self.cx.broker.get_entity(&entity.entity).await {
+                    Ok(_) => {}
+                    // Service Bus names the address the client asked for, in full.
+                    Err(BrokerError::EntityNotFound { .. }) => {
+                        let url = entity_url(self.hostname.as_deref(), &address, &path);
+                        return self.refuse(channel, attach, WireError::not_found(&url));
+                    }
+                    Err(e) => return self.refuse(channel, attach, WireError::from(e)),
                 }
                 if matches!(node, Node::Entity(_))
                     && client_sends

@@ -80,7 +80,8 @@ fn description_element(base: &str, info: &QueueInfo, runtime: Option<&QueueRunti
         connect = CONNECT_NS,
         xsi = XSI_NS,
         lock = xml_duration(d.lock_duration),
-        max_size = d.max_size_in_megabytes,
+        // All partitions together, as Service Bus reports it.
+        max_size = d.total_max_size_in_megabytes(),
         dedup = bool_text(d.requires_duplicate_detection),
         session = bool_text(d.requires_session),
         ttl = xml_duration(d.default_message_time_to_live),
@@ -295,7 +296,15 @@ mod tests {
         let xml = super::entry("https://localhost:5301", &info, None);
         assert!(xml.contains("<id>https://localhost:5301/a/b?api-version=2021-05</id>"));
         assert!(xml.contains(r#"<CountDetails xmlns:d2p1=""#));
+        // Four partitions of 1024 MiB each, reported together; sent back, they stay 1024 each.
+        assert!(xml.contains("<MaxSizeInMegabytes>4096</MaxSizeInMegabytes>"), "{xml}");
         let (parsed, _) = queue(&xml).unwrap();
-        assert_eq!(parsed, description);
+        let mut described = Described::Queue(parsed);
+        let current = ironbus_core::EntityDescription::Queue(description.clone());
+        crate::atom::fit_partitioned_size(&mut described, &current);
+        match described {
+            Described::Queue(parsed) => assert_eq!(parsed, description),
+            other => panic!("{}", other.kind()),
+        }
     }
 }

@@ -176,7 +176,7 @@ mod tests {
         let xml = entry("https://h", &info, &d, None);
         assert!(xml.contains("<id>https://h/t/Subscriptions/s1?api-version"), "{xml}");
         assert!(xml.contains(r#"<title type="text">s1</title>"#));
-        assert!(xml.contains("<ForwardTo>https://h/q</ForwardTo>"));
+        assert!(xml.contains("<ForwardTo>sb://h/q</ForwardTo>"));
         let Described::Subscription(parsed, None) = parse_description(xml.as_bytes()).unwrap().0
         else {
             panic!()

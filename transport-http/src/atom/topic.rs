@@ -82,7 +82,8 @@ fn description_element(
         connect = CONNECT_NS,
         xsi = XSI_NS,
         ttl = xml_duration(d.default_message_time_to_live),
-        max_size = d.max_size_in_megabytes,
+        // All partitions together, as Service Bus reports it.
+        max_size = d.total_max_size_in_megabytes(),
         dedup = bool_text(d.requires_duplicate_detection),
         window = xml_duration(d.duplicate_detection_history_time_window),
         batched = bool_text(d.enable_batched_operations),
@@ -177,7 +178,11 @@ mod tests {
         let xml = entry("https://h", &info, &d, None);
         assert!(xml.contains("<id>https://h/t/x?api-version=2021-05</id>"), "{xml}");
         assert!(xml.contains("<SubscriptionCount>0</SubscriptionCount>"));
-        match parse_description(xml.as_bytes()).unwrap() {
+        // Four partitions of 2048 MiB each, reported together; sent back, they stay 2048 each.
+        assert!(xml.contains("<MaxSizeInMegabytes>8192</MaxSizeInMegabytes>"), "{xml}");
+        let (mut described, omitted) = parse_description(xml.as_bytes()).unwrap();
+        crate::atom::fit_partitioned_size(&mut described, &info.description);
+        match (described, omitted) {
             (Described::Topic(parsed), omitted) => {
                 assert_eq!(parsed, d);
                 assert!(!omitted.enable_partitioning && !omitted.requires_duplicate_detection);
