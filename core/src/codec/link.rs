@@ -58,6 +58,13 @@ pub(crate) enum LinkRequest {
         max: u32,
     },
     Counts,
+    /// A batch delete in one partition (`Command::DeleteMessages`).
+    DeleteMessages {
+        queue: SubQueue,
+        max: u32,
+        before: Timestamp,
+        session: Option<SessionId>,
+    },
     /// A transaction's work, committed in one write of the via partition.
     Commit(Vec<Work>),
     /// Sequence numbers for a transaction's scheduled messages.
@@ -134,6 +141,8 @@ pub(crate) enum LinkReply {
     Messages(Vec<ReceivedMessage>),
     Counts(PartitionCounts),
     Reserved(Vec<SequenceNumber>),
+    /// How many messages a batch delete deleted.
+    Deleted(u64),
     /// Per lane (its entity id) and partition: its shared view.
     Stats(Vec<(u64, u16, LaneStats)>),
     Failed(BrokerError),
@@ -207,6 +216,13 @@ pub(crate) fn encode_request(at: PartitionRef, lane: u64, request: &LinkRequest)
             w.u32(*max);
         }
         LinkRequest::Counts => w.u8(9),
+        LinkRequest::DeleteMessages { queue, max, before, session } => {
+            w.u8(23);
+            w.u8(sub_queue(*queue));
+            w.u32(*max);
+            w.i64(before.as_millis());
+            opt_session(&mut w, session.as_ref());
+        }
         LinkRequest::Commit(work) => {
             w.u8(11);
             w.u32(work.len() as u32);
@@ -352,6 +368,12 @@ pub(crate) fn decode_request(bytes: &[u8]) -> DecodeResult<(PartitionRef, u64, L
             mode: read_receive_mode(&mut r)?,
             sequence_numbers: read_sequence_numbers(&mut r)?,
         },
+        23 => LinkRequest::DeleteMessages {
+            queue: read_sub_queue(&mut r)?,
+            max: r.u32()?,
+            before: Timestamp::from_millis(r.i64()?),
+            session: r.opt(|r| Ok(SessionId::from(r.str()?)))?,
+        },
         other => return Err(r.corrupted(&format!("link request kind {other}"))),
     };
     Ok((at, lane, request))
@@ -470,6 +492,10 @@ pub(crate) fn encode_reply(reply: &LinkReply) -> Bytes {
             w.u8(15);
             encode_session_error(&mut w, e);
         }
+        LinkReply::Deleted(count) => {
+            w.u8(16);
+            w.u64(*count);
+        }
     }
     w.finish()
 }
@@ -532,6 +558,7 @@ pub(crate) fn decode_reply(bytes: &[u8]) -> DecodeResult<LinkReply> {
         13 => LinkReply::SessionState(r.opt(Reader::bytes)?),
         14 => LinkReply::Sessions(list(&mut r, 4, |r| r.str())?),
         15 => LinkReply::SessionFailed(decode_session_error(&mut r)?),
+        16 => LinkReply::Deleted(r.u64()?),
         other => return Err(r.corrupted(&format!("link reply kind {other}"))),
     })
 }
