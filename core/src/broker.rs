@@ -12,6 +12,7 @@
 //! - `broker/sending.rs` — send, schedule and cancel: the checks, the routing to a partition,
 //!   the bytes a send holds against its entity's size.
 //! - `broker/receiving.rs` — receivers, settlement, lock renewal, deferred receives, peeks.
+//! - `broker/purge.rs` — batch delete: deleting messages without receiving them.
 //! - `broker/sessions.rs` — accepting sessions and the [`SessionReceiver`] that holds one.
 //! - `broker/cluster.rs` — a cluster node's side: acquiring and releasing partitions, routes to
 //!   their owners, serving other nodes' requests.
@@ -28,6 +29,7 @@ mod cluster;
 mod forwarding;
 mod idle;
 mod namespace;
+mod purge;
 mod queues;
 mod receiving;
 mod removal;

@@ -133,5 +133,5 @@ pub use store::{Store, StoreError, StoreErrorKind, WriteBatch};
 pub use transport::{shutdown_signal, Shutdown, ShutdownTrigger, Transport};
 pub use types::{
     EntityName, LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp,
-    MAX_SEQUENCE_NUMBERS,
+    MAX_DELETE_MESSAGES, MAX_SEQUENCE_NUMBERS,
 };

@@ -262,6 +262,14 @@ impl RemotePartition for LinkedPartition {
                     _ => None,
                 });
             }
+            Command::DeleteMessages { queue, max, before, session, reply } => {
+                let max = u32::try_from(max).unwrap_or(u32::MAX);
+                let request = LinkRequest::DeleteMessages { queue, max, before, session };
+                self.ask(lane, request, reply, |r| match r {
+                    LinkReply::Deleted(count) => Some(count),
+                    _ => None,
+                });
+            }
             Command::Commit { work, reply } => {
                 self.ask(lane, LinkRequest::Commit(work), reply, |r| match r {
                     LinkReply::Done => Some(()),
@@ -432,6 +440,19 @@ impl Broker {
                 LinkReply::Messages(
                     ask_route(&route, lane, |reply| Command::Peek { queue, from, max, reply })
                         .await?,
+                )
+            }
+            LinkRequest::DeleteMessages { queue, max, before, session } => {
+                let max = (max as usize).min(crate::types::MAX_DELETE_MESSAGES);
+                LinkReply::Deleted(
+                    ask_route(&route, lane, |reply| Command::DeleteMessages {
+                        queue,
+                        max,
+                        before,
+                        session,
+                        reply,
+                    })
+                    .await?,
                 )
             }
             LinkRequest::Commit(work) => {

@@ -102,6 +102,10 @@ impl SequenceNumber {
 /// partition at most a page's work. More is refused as an argument out of range.
 pub const MAX_SEQUENCE_NUMBERS: usize = 1000;
 
+/// The most messages one batch delete (`com.microsoft:batch-delete-messages`) may ask for:
+/// Service Bus's limit (Premium tier). More, or fewer than one, is an argument out of range.
+pub const MAX_DELETE_MESSAGES: usize = 4000;
+
 impl SequenceNumber {
     /// `numbers` without repetitions, each where it was first named: linear in their count
     /// (a request repeating one number thousands of times costs what its length does).

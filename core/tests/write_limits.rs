@@ -390,3 +390,26 @@ async fn a_partition_cut_short_by_the_limits_waits_to_retry_when_its_store_fails
     }
     f.assert_within_limits(1);
 }
+
+#[tokio::test]
+async fn a_batch_delete_over_the_write_limits_deletes_what_one_write_holds_and_no_more() {
+    let f = Fixture::new(QueueDescription::default()).await;
+    f.send_all(200, |i| Message::new(format!("m{i}"))).await;
+    let before = f.clock.now().saturating_add(Duration::from_millis(1));
+
+    // Best effort, as Service Bus's: each call deletes what one write holds; repeated calls
+    // (the SDKs' purge) delete the rest.
+    let mut deleted = Vec::new();
+    loop {
+        let n = guard(f.broker.delete_messages("q", 4000, before, None)).await.expect("delete");
+        if n == 0 {
+            break;
+        }
+        deleted.push(n);
+    }
+
+    assert_eq!(deleted.iter().sum::<u64>(), 200, "{deleted:?}");
+    assert!(deleted.len() > 1, "one write cannot hold 200 deletions: {deleted:?}");
+    assert_eq!(f.runtime().await.active_message_count, 0);
+    f.assert_within_limits(0);
+}

@@ -12,6 +12,7 @@
 //! `amqp:not-allowed`).
 
 mod cancel_scheduled;
+mod delete;
 mod fields;
 mod peek;
 mod receive_deferred;
@@ -77,10 +78,11 @@ pub enum Operation {
     AddRule,
     RemoveRule,
     EnumerateRules,
+    DeleteMessages,
 }
 
 impl Operation {
-    const ALL: [Operation; 13] = [
+    const ALL: [Operation; 14] = [
         Operation::RenewLock,
         Operation::PeekMessage,
         Operation::ScheduleMessage,
@@ -94,6 +96,7 @@ impl Operation {
         Operation::AddRule,
         Operation::RemoveRule,
         Operation::EnumerateRules,
+        Operation::DeleteMessages,
     ];
 
     /// The operation a request names; `None` for one we do not know.
@@ -117,6 +120,7 @@ impl Operation {
             Operation::AddRule => "com.microsoft:add-rule",
             Operation::RemoveRule => "com.microsoft:remove-rule",
             Operation::EnumerateRules => "com.microsoft:enumerate-rules",
+            Operation::DeleteMessages => "com.microsoft:batch-delete-messages",
         }
     }
 
@@ -135,7 +139,10 @@ impl Operation {
             // A ServiceBusRuleManager needs only Listen on the subscription (A.4).
             | Operation::AddRule
             | Operation::RemoveRule
-            | Operation::EnumerateRules => Right::Listen,
+            | Operation::EnumerateRules
+            // Deleting is receiving without the messages: a receiver's right (the SDKs offer
+            // it on the receiver).
+            | Operation::DeleteMessages => Right::Listen,
         }
     }
 
@@ -170,6 +177,7 @@ impl Operation {
             Operation::AddRule | Operation::RemoveRule | Operation::EnumerateRules => {
                 rules::execute(self, broker, address, request, txn.is_some()).await
             }
+            Operation::DeleteMessages => delete::execute(broker, address, request).await,
         }
     }
 }
@@ -215,5 +223,6 @@ mod tests {
         assert_eq!(right("com.microsoft:add-rule"), Some(Right::Listen));
         assert_eq!(right("com.microsoft:remove-rule"), Some(Right::Listen));
         assert_eq!(right("com.microsoft:enumerate-rules"), Some(Right::Listen));
+        assert_eq!(right("com.microsoft:batch-delete-messages"), Some(Right::Listen));
     }
 }

@@ -1,6 +1,8 @@
 //! `$management` message operations over AMQP, with fe2o3-amqp's client on a real socket: what
 //! peeks of scheduled messages show on every entity kind, and the bounds of the operations that
-//! take lists of sequence numbers (receive-by-sequence-number, cancel-scheduled-message).
+//! take lists of sequence numbers (receive-by-sequence-number, cancel-scheduled-message), and
+//! batch delete (batch-delete-messages) on a queue, a dead-letter queue, a partitioned queue
+//! and a session.
 
 mod common;
 
@@ -349,5 +351,103 @@ async fn a_deferred_message_named_many_times_is_received_once() {
         })
         .collect();
     assert_eq!(got, vec![b, a], "each once, in the order first named");
+    let _ = connection.close().await;
+}
+
+/// A batch-delete request: `count` messages enqueued before `before` (in `session`).
+fn delete_request(count: Value, before: i64, session: Option<&str>) -> Value {
+    let mut entries = vec![
+        ("message-count", count),
+        ("enqueued-time-utc", Value::Timestamp(AmqpTimestamp::from_milliseconds(before))),
+    ];
+    if let Some(id) = session {
+        entries.push(("session-id", Value::String(id.into())));
+    }
+    map(entries)
+}
+
+impl Management {
+    /// A batch delete that must succeed; how many it deleted.
+    async fn delete(&mut self, count: i32, before: i64, session: Option<&str>) -> i32 {
+        let request = delete_request(Value::Int(count), before, session);
+        let response = self.request("com.microsoft:batch-delete-messages", request).await;
+        assert_eq!(response.status, 200, "{response:?}");
+        match field(&response.body, "message-count") {
+            Some(Value::Int(n)) => *n,
+            other => panic!("message-count {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_delete_deletes_unlocked_messages_before_the_cutoff_and_answers_how_many() {
+    use ironbus_core::{Disposition, Message as CoreMessage, ReceiveMode};
+    let (broker, url, _trigger) = start().await;
+    let mut connection = guard(Connection::open("batch-delete", url.as_str())).await.unwrap();
+    let mut session = guard(Session::begin(&mut connection)).await.unwrap();
+    let four = (0..4).map(|i| CoreMessage::new(format!("m{i}"))).collect();
+    broker.send("q", four).await.unwrap();
+    // The first is locked by a receiver, the second dead-lettered.
+    let receiver = broker.open_receiver("q", ReceiveMode::PeekLock).await.unwrap();
+    receiver.add_credit(2);
+    let locked = guard(receiver.recv()).await.expect("a message");
+    let dead = guard(receiver.recv()).await.expect("a message");
+    let dead_letter =
+        Disposition::DeadLetter { reason: None, description: None, properties: Default::default() };
+    broker.settle("q", dead.lock.unwrap().token, dead_letter).await.unwrap();
+    let mut mgmt = Management::attach(&mut session, "q").await;
+
+    // Out of range: refused, nothing deleted.
+    for count in [Value::Int(0), Value::Int(-1), Value::Int(4001), Value::Long(i64::MAX)] {
+        let request = delete_request(count, START + 1, None);
+        let response = mgmt.request("com.microsoft:batch-delete-messages", request).await;
+        let refused = (400, Some("com.microsoft:argument-out-of-range"));
+        assert_eq!((response.status, response.condition.as_deref()), refused, "{response:?}");
+    }
+    let response = mgmt
+        .request("com.microsoft:batch-delete-messages", map(vec![("message-count", Value::Int(1))]))
+        .await;
+    assert_eq!(response.status, 200, "no cutoff: everything so far is old enough");
+    assert_eq!(field(&response.body, "message-count"), Some(&Value::Int(1)));
+
+    assert_eq!(mgmt.delete(10, START, None).await, 0, "enqueued at the cutoff: kept");
+    assert_eq!(mgmt.delete(10, START + 1, None).await, 1, "the locked message stays");
+    let peeked = mgmt.peek(None).await;
+    assert_eq!(peeked.len(), 1);
+    let seq = annotation(&peeked[0], "x-opt-sequence-number");
+    assert_eq!(seq, Some(&Value::Long(locked.sequence_number().0)));
+    broker.complete("q", locked.lock.unwrap().token).await.expect("still locked");
+
+    let mut dlq = Management::attach(&mut session, "q/$DeadLetterQueue").await;
+    assert_eq!(dlq.delete(10, START + 1, None).await, 1, "the dead letter");
+    let _ = connection.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_delete_spans_partitions_and_keeps_to_a_session() {
+    use ironbus_core::Message as CoreMessage;
+    let (broker, url, _trigger) = start().await;
+    let mut connection = guard(Connection::open("batch-delete-2", url.as_str())).await.unwrap();
+    let mut session = guard(Session::begin(&mut connection)).await.unwrap();
+    for i in 0..6 {
+        let message = CoreMessage::new("x").with_partition_key(format!("k{i}"));
+        broker.send("pq", vec![message]).await.unwrap();
+    }
+    for id in ["s1", "s1", "s2"] {
+        broker.send("sq", vec![CoreMessage::new("x").with_session_id(id)]).await.unwrap();
+    }
+
+    let mut pq = Management::attach(&mut session, "pq").await;
+    assert_eq!(pq.delete(4, START + 1, None).await, 4, "no more than asked, in all");
+    assert_eq!(pq.delete(4000, START + 1, None).await, 2);
+    assert_eq!(pq.delete(4000, START + 1, None).await, 0);
+
+    let mut sq = Management::attach(&mut session, "sq").await;
+    assert_eq!(sq.delete(4000, START + 1, Some("s1")).await, 2);
+    assert_eq!(sq.peek(Some("s2")).await.len(), 1, "another session's message stays");
+    let request = delete_request(Value::Int(1), START + 1, Some("s1"));
+    let mut q = Management::attach(&mut session, "q").await;
+    let response = q.request("com.microsoft:batch-delete-messages", request).await;
+    assert_eq!(response.status / 100, 4, "a session on a queue without sessions: {response:?}");
     let _ = connection.close().await;
 }

@@ -118,6 +118,11 @@ const QUEUES: &[(&str, &[(&str, Prop)])] = &[
     ("oversize", &[("MaxMessageSizeInKilobytes", Prop::Int(256))]),
     ("rest", &[("LockDuration", Prop::Str("PT10S"))]),
     ("metrics", &[]),
+    // Batch delete with the 7.10 beta SDK (delete-messages.test.mjs).
+    ("delete-messages", &[]),
+    ("delete-dead-letters", &[]),
+    ("purge-messages", &[]),
+    ("delete-sessions", &[("RequiresSession", Prop::Bool(true))]),
     // AMQP over TLS and over WebSockets (test_transports.py, transports.test.mjs).
     ("tls", &[]),
     ("websocket", &[]),

@@ -240,7 +240,10 @@ impl Broker {
     }
 
     /// The partition a session lives in: where its SessionId routes.
-    fn session_partition<'a>(entity: &'a EntityHandle, session: &str) -> &'a PartitionHandle {
+    pub(super) fn session_partition<'a>(
+        entity: &'a EntityHandle,
+        session: &str,
+    ) -> &'a PartitionHandle {
         let description = entity.description();
         let partition = if description.enable_partitioning {
             router::partition_for_key(session, description.partitions())

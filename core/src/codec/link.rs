@@ -16,9 +16,9 @@ use bytes::Bytes;
 use uuid::Uuid;
 
 use self::error::{decode_error, decode_session_error, encode_error, encode_session_error};
+use self::work::{decode_disposition, decode_work, encode_disposition, encode_work};
 use super::message::{decode_body, encode_body};
 use super::primitives::{DecodeResult, Reader, Writer};
-use super::properties::{decode_properties, encode_properties};
 use crate::broker::PartitionRef;
 use crate::error::{BrokerError, SessionError};
 use crate::message::{
@@ -28,6 +28,7 @@ use crate::partition::{LaneStats, PartitionCounts, SendOutcome, SessionId, Trans
 use crate::types::{LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp};
 
 mod error;
+mod work;
 
 const LINK_V1: u8 = 1;
 
@@ -58,6 +59,13 @@ pub(crate) enum LinkRequest {
         max: u32,
     },
     Counts,
+    /// A batch delete in one partition (`Command::DeleteMessages`).
+    DeleteMessages {
+        queue: SubQueue,
+        max: u32,
+        before: Timestamp,
+        session: Option<SessionId>,
+    },
     /// A transaction's work, committed in one write of the via partition.
     Commit(Vec<Work>),
     /// Sequence numbers for a transaction's scheduled messages.
@@ -134,6 +142,8 @@ pub(crate) enum LinkReply {
     Messages(Vec<ReceivedMessage>),
     Counts(PartitionCounts),
     Reserved(Vec<SequenceNumber>),
+    /// How many messages a batch delete deleted.
+    Deleted(u64),
     /// Per lane (its entity id) and partition: its shared view.
     Stats(Vec<(u64, u16, LaneStats)>),
     Failed(BrokerError),
@@ -207,6 +217,13 @@ pub(crate) fn encode_request(at: PartitionRef, lane: u64, request: &LinkRequest)
             w.u32(*max);
         }
         LinkRequest::Counts => w.u8(9),
+        LinkRequest::DeleteMessages { queue, max, before, session } => {
+            w.u8(23);
+            w.u8(sub_queue(*queue));
+            w.u32(*max);
+            w.i64(before.as_millis());
+            opt_session(&mut w, session.as_ref());
+        }
         LinkRequest::Commit(work) => {
             w.u8(11);
             w.u32(work.len() as u32);
@@ -352,6 +369,12 @@ pub(crate) fn decode_request(bytes: &[u8]) -> DecodeResult<(PartitionRef, u64, L
             mode: read_receive_mode(&mut r)?,
             sequence_numbers: read_sequence_numbers(&mut r)?,
         },
+        23 => LinkRequest::DeleteMessages {
+            queue: read_sub_queue(&mut r)?,
+            max: r.u32()?,
+            before: Timestamp::from_millis(r.i64()?),
+            session: r.opt(|r| Ok(SessionId::from(r.str()?)))?,
+        },
         other => return Err(r.corrupted(&format!("link request kind {other}"))),
     };
     Ok((at, lane, request))
@@ -470,6 +493,10 @@ pub(crate) fn encode_reply(reply: &LinkReply) -> Bytes {
             w.u8(15);
             encode_session_error(&mut w, e);
         }
+        LinkReply::Deleted(count) => {
+            w.u8(16);
+            w.u64(*count);
+        }
     }
     w.finish()
 }
@@ -532,6 +559,7 @@ pub(crate) fn decode_reply(bytes: &[u8]) -> DecodeResult<LinkReply> {
         13 => LinkReply::SessionState(r.opt(Reader::bytes)?),
         14 => LinkReply::Sessions(list(&mut r, 4, |r| r.str())?),
         15 => LinkReply::SessionFailed(decode_session_error(&mut r)?),
+        16 => LinkReply::Deleted(r.u64()?),
         other => return Err(r.corrupted(&format!("link reply kind {other}"))),
     })
 }
@@ -606,94 +634,6 @@ fn read_receive_mode(r: &mut Reader<'_>) -> DecodeResult<ReceiveMode> {
         1 => Ok(ReceiveMode::ReceiveAndDelete),
         _ => Err(r.corrupted("receive mode")),
     }
-}
-
-fn encode_disposition(w: &mut Writer, d: &Disposition) {
-    match d {
-        Disposition::Complete => w.u8(0),
-        Disposition::Abandon { properties } => {
-            w.u8(1);
-            encode_properties(w, properties);
-        }
-        Disposition::Release => w.u8(2),
-        Disposition::Defer { properties } => {
-            w.u8(3);
-            encode_properties(w, properties);
-        }
-        Disposition::DeadLetter { reason, description, properties } => {
-            w.u8(4);
-            w.opt_str(reason);
-            w.opt_str(description);
-            encode_properties(w, properties);
-        }
-    }
-}
-
-fn decode_disposition(r: &mut Reader<'_>) -> DecodeResult<Disposition> {
-    Ok(match r.u8()? {
-        0 => Disposition::Complete,
-        1 => Disposition::Abandon { properties: decode_properties(r)? },
-        2 => Disposition::Release,
-        3 => Disposition::Defer { properties: decode_properties(r)? },
-        4 => Disposition::DeadLetter {
-            reason: r.opt(Reader::str)?,
-            description: r.opt(Reader::str)?,
-            properties: decode_properties(r)?,
-        },
-        _ => return Err(r.corrupted("disposition")),
-    })
-}
-
-fn encode_work(w: &mut Writer, work: &Work) {
-    match work {
-        Work::Send(m) => {
-            w.u8(0);
-            w.bytes(&encode_body(m));
-        }
-        Work::Transfer(m) => {
-            w.u8(1);
-            w.bytes(&encode_body(m));
-        }
-        Work::Schedule(n, m) => {
-            w.u8(2);
-            w.i64(n.0);
-            w.bytes(&encode_body(m));
-        }
-        Work::Cancel(numbers) => {
-            w.u8(3);
-            sequence_numbers(w, numbers);
-        }
-        Work::Settle { queue, token, disposition } => {
-            w.u8(4);
-            w.u8(sub_queue(*queue));
-            w.array(token.0.as_bytes());
-            encode_disposition(w, disposition);
-        }
-        Work::SessionState { session, state } => {
-            w.u8(5);
-            w.str(session);
-            w.opt_bytes(state);
-        }
-    }
-}
-
-fn decode_work(r: &mut Reader<'_>) -> DecodeResult<Work> {
-    Ok(match r.u8()? {
-        0 => Work::Send(Arc::new(decode_body(&r.bytes()?)?)),
-        1 => Work::Transfer(Arc::new(decode_body(&r.bytes()?)?)),
-        2 => {
-            let n = SequenceNumber(r.i64()?);
-            Work::Schedule(n, Arc::new(decode_body(&r.bytes()?)?))
-        }
-        3 => Work::Cancel(read_sequence_numbers(r)?),
-        4 => Work::Settle {
-            queue: read_sub_queue(r)?,
-            token: lock_token(r)?,
-            disposition: decode_disposition(r)?,
-        },
-        5 => Work::SessionState { session: Arc::from(r.str()?), state: r.opt(Reader::bytes)? },
-        _ => return Err(r.corrupted("transaction work")),
-    })
 }
 
 fn send_outcome(w: &mut Writer, outcome: &SendOutcome) {

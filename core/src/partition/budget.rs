@@ -163,6 +163,9 @@ pub(crate) fn estimate(command: &Command, copies: usize) -> Size {
             items.iter().fold(Size::ZERO, |s, (_, d)| s.plus(settle_cost(d)))
         }
         Command::Cancel { sequence_numbers, .. } => per(sequence_numbers.len(), 2),
+        // One message's worth: the delete stops at the lane's `stop_at` (best effort, as
+        // Service Bus's is), so it never needs a cycle of its own.
+        Command::DeleteMessages { .. } => per(1, 2),
         Command::ReceiveDeferred {
             sequence_numbers, mode: ReceiveMode::ReceiveAndDelete, ..
         }

@@ -74,6 +74,16 @@ pub(crate) enum Command {
     Counts {
         reply: oneshot::Sender<Result<PartitionCounts>>,
     },
+    /// Batch delete: up to `max` unlocked messages of `queue` enqueued before `before` (of one
+    /// session, if given), oldest sequence number first; answers how many were deleted
+    /// (`state/purge.rs`).
+    DeleteMessages {
+        queue: SubQueue,
+        max: usize,
+        before: Timestamp,
+        session: Option<SessionId>,
+        reply: oneshot::Sender<Result<u64>>,
+    },
     Update(Arc<QueueDescription>),
     Attach(Arc<ReceiverShared>),
     Detach(u64),
@@ -158,6 +168,7 @@ impl Command {
             Command::ReceiveDeferred { reply, .. } => fail(reply, error),
             Command::Peek { reply, .. } => fail(reply, error),
             Command::Counts { reply } => fail(reply, error),
+            Command::DeleteMessages { reply, .. } => fail(reply, error),
             Command::RemoveLane(reply) => fail(reply, error),
             Command::ListSessions { reply, .. } => fail(reply, error),
             Command::PeekSession { reply, .. } => fail(reply, error),

@@ -19,7 +19,8 @@
 //! - `state/settlement.rs` — message locks and how they end: settle, abandon, renewal, and
 //!   putting an unlocked message back where it belongs.
 //! - `state/dead_letter.rs` — moving a message to the dead-letter (or transfer) queue.
-//! - `state/removal.rs` — taking messages out, and when their bodies are deleted.
+//! - `state/removal.rs` — taking messages out, and when their bodies are deleted;
+//!   `state/purge.rs` — batch delete (`com.microsoft:batch-delete-messages`).
 //! - `state/forwarding.rs` — auto-forwarding: the transfer queue and the transfer ledger.
 //! - `partition/sessions.rs` — the session rules, beside the session table they act on.
 //!
@@ -30,6 +31,7 @@ mod dead_letter;
 mod delivery;
 mod due;
 mod forwarding;
+mod purge;
 mod removal;
 mod sending;
 mod settlement;
@@ -247,6 +249,10 @@ impl PartitionState {
                 self.fx.probe = true;
                 let counts = self.counts();
                 self.fx.reply(reply, Ok(counts));
+            }
+            Command::DeleteMessages { queue, max, before, session, reply } => {
+                let deleted = self.delete_messages(queue, max, before, session.as_ref());
+                self.fx.reply(reply, Ok(deleted));
             }
             Command::Update(description) => self.set_description(description, now),
             Command::Attach(receiver) => self.attach(receiver),

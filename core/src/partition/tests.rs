@@ -1,7 +1,8 @@
 //! A seeded model test of [`PartitionState`]: random commands (sends, scheduled sends, credit,
-//! settlements of every kind, lock renewals, deferred receives, peeks, cancels, time passing)
-//! are applied to the state as the actor applies them, and to a naive model of Service Bus's
-//! rules; after each step the deliveries, the answers and the whole index are compared.
+//! settlements of every kind, lock renewals, deferred receives, peeks, cancels, batch deletes,
+//! time passing) are applied to the state as the actor applies them, and to a naive model of
+//! Service Bus's rules; after each step the deliveries, the answers and the whole index are
+//! compared.
 //!
 //! `cargo test` runs a few fixed seeds. More: `IRONBUS_MODEL_SEEDS=1..500` (a range, a count
 //! such as `200`, or a comma-separated list of both), and `IRONBUS_MODEL_STEPS` for longer runs.
@@ -516,8 +517,34 @@ fn run(seed: u64, steps: usize) {
                 outcome.expect(&at);
                 delivered
             }
+            // Batch delete (no cutoff: `state/purge.rs`'s rule on the model's messages).
+            88..=89 => {
+                let max = 1 + rng.below(4) as usize;
+                model.process_due(h.now);
+                let doomed: Vec<_> = model
+                    .messages
+                    .iter()
+                    .filter(|(_, m)| {
+                        m.queue == queue && m.state != MessageState::Scheduled && m.lock.is_none()
+                    })
+                    .map(|(s, _)| *s)
+                    .take(max)
+                    .collect();
+                for seq in &doomed {
+                    model.messages.remove(seq);
+                }
+                let (outcome, delivered) = h.ask(|reply| Command::DeleteMessages {
+                    queue,
+                    max,
+                    before: Timestamp::MAX,
+                    session: None,
+                    reply,
+                });
+                assert_eq!(outcome.expect(&at), doomed.len() as u64, "{at}: deleted");
+                delivered
+            }
             // Counts.
-            85..=89 => {
+            85..=87 => {
                 model.process_due(h.now);
                 let (outcome, delivered) = h.ask(|reply| Command::Counts { reply });
                 let counts = outcome.expect(&at);

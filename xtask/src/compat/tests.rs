@@ -6,6 +6,10 @@ use super::*;
 
 /// Queue names the suites use on purpose without declaring them.
 const UNDECLARED: &[&str] = &["no-such-queue"];
+/// Declared queues only the JS suite uses: a footer (which rhea writes before the body), and
+/// batch delete (it needs the 7.10 beta SDK, which only the JS suite installs).
+const JS_ONLY: &[&str] =
+    &["footer", "delete-messages", "delete-dead-letters", "purge-messages", "delete-sessions"];
 
 #[test]
 fn config_declares_every_queue_for_every_suite_with_all_properties() {
@@ -79,17 +83,25 @@ fn queue_names_used(dir: &Path, extension: &str) -> BTreeSet<String> {
     used
 }
 
+/// The names in `queue("…")` calls (not `create_queue("…")` and the like).
 fn queue_calls(text: &str) -> Vec<String> {
-    text.split("queue(\"")
-        .skip(1)
-        .filter_map(|rest| rest.split_once('"'))
-        .map(|(name, _)| name.to_owned())
-        .collect()
+    let mut pieces = text.split("queue(\"");
+    let mut before = pieces.next().unwrap_or_default();
+    let mut names = Vec::new();
+    for rest in pieces {
+        let call = !before.ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '.');
+        if let (true, Some((name, _))) = (call, rest.split_once('"')) {
+            names.push(name.to_owned());
+        }
+        before = rest;
+    }
+    names
 }
 
 #[test]
 fn queue_calls_are_found() {
     assert_eq!(queue_calls(r#"a = queue("x-y"); b = lockReceiver(c, queue("z"))"#), ["x-y", "z"]);
+    assert_eq!(queue_calls(r#"admin.create_queue("orders"); queue("a")"#), ["a"]);
 }
 
 #[test]
@@ -105,7 +117,10 @@ fn suites_use_exactly_the_declared_queues() {
             missing.is_empty(),
             "{suite} uses undeclared queues {missing:?}: add them to QUEUES"
         );
-        let unused: Vec<_> = declared.difference(&used).collect();
+        let unused: Vec<_> = declared
+            .difference(&used)
+            .filter(|name| suite == "compat/js" || !JS_ONLY.contains(&name.as_str()))
+            .collect();
         assert!(unused.is_empty(), "{suite} never uses the declared queues {unused:?}");
     }
 }

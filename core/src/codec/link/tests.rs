@@ -36,6 +36,18 @@ fn sample_requests() -> Vec<LinkRequest> {
         },
         LinkRequest::Peek { queue: SubQueue::Main, from: SequenceNumber(0), max: 10 },
         LinkRequest::Counts,
+        LinkRequest::DeleteMessages {
+            queue: SubQueue::DeadLetter,
+            max: 4000,
+            before: Timestamp::from_millis(77),
+            session: None,
+        },
+        LinkRequest::DeleteMessages {
+            queue: SubQueue::Main,
+            max: 1,
+            before: Timestamp::MAX,
+            session: Some(Arc::from("s1")),
+        },
         LinkRequest::Pull { queue: SubQueue::Main, mode: ReceiveMode::PeekLock, max: 5 },
         LinkRequest::Commit(vec![
             Work::Send(Arc::new(Message::new("in a transaction"))),
@@ -135,6 +147,7 @@ fn replies_round_trip_errors_included() {
         LinkReply::Sent(vec![SendOutcome::Enqueued(SequenceNumber(3)), SendOutcome::Duplicate]),
         LinkReply::Settled(vec![Ok(()), Err(BrokerError::MessageLockLost)]),
         LinkReply::Renewed(Timestamp::from_millis(1234)),
+        LinkReply::Deleted(4000),
         LinkReply::Stats(vec![(
             4,
             2,
