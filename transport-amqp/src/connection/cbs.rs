@@ -85,6 +85,15 @@ impl Connection {
             };
             let verified =
                 verify_put_token(&self.cx.broker, &self.cx.authorizer, token, self.now()).await;
+            // A missing entity is named by its full address, as Service Bus names it.
+            let verified = verified.map_err(|mut refusal| {
+                if let (404, Some(entity)) = (refusal.status, refusal.missing.take()) {
+                    let url = super::address::entity_url(self.hostname.as_deref(), "", &entity);
+                    refusal.description =
+                        format!("The messaging entity '{url}' could not be found.");
+                }
+                refusal
+            });
             // A token for another namespace's host does not open this one's entities.
             let verified = verified.and_then(|claim| self.in_namespace(token).map(|()| claim));
             // The audience the request names must lie within what the token is for.
@@ -95,6 +104,7 @@ impl Connection {
                         "the token is for {}, which does not cover the audience {name}",
                         claim.audience
                     ),
+                    missing: None,
                 }),
                 _ => Ok(claim),
             });
@@ -153,6 +163,7 @@ impl Connection {
                 name(&for_namespace),
                 name(&self.cx.namespace)
             ),
+            missing: None,
         })
     }
 }
@@ -161,6 +172,8 @@ impl Connection {
 struct Refusal {
     status: i32,
     description: String,
+    /// The path of the missing entity a 404 is about.
+    missing: Option<String>,
 }
 
 /// Checks a put-token's token as Service Bus does.
@@ -183,6 +196,7 @@ async fn verify_put_token(
     let refuse = |e: AuthError| Refusal {
         status: if e.kind == AuthErrorKind::Malformed { 400 } else { 401 },
         description: e.to_string(),
+        missing: None,
     };
     let audience = token_audience(token).map_err(refuse)?;
     let Some(entity) = named_entity(audience.as_str()) else {
@@ -196,10 +210,11 @@ async fn verify_put_token(
         Err(BrokerError::EntityNotFound { .. }) => Err(Refusal {
             status: 404,
             description: format!("The messaging entity '{entity}' could not be found."),
+            missing: Some(entity.to_string()),
         }),
         Err(e) => {
             let e = WireError::from(e);
-            Err(Refusal { status: e.status, description: e.description })
+            Err(Refusal { status: e.status, description: e.description, missing: None })
         }
     }
 }
