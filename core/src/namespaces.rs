@@ -120,6 +120,27 @@ impl Namespaces {
         (known || (self.inner.on_demand.is_some() && valid_name(&label))).then_some(label)
     }
 
+    /// Whether a SAS `token` may be used on namespace `current` (`None`: the default): the host
+    /// of the URI it is for must select the same namespace (a token for a bare path fits any).
+    /// The error says which namespace the token is for.
+    pub fn token_fits(
+        &self,
+        token: &str,
+        current: Option<&str>,
+    ) -> std::result::Result<(), String> {
+        let Ok(Some(host)) = crate::auth::token_host(token) else { return Ok(()) };
+        let for_namespace = self.name_for_host(&host);
+        if for_namespace.as_deref() == current {
+            return Ok(());
+        }
+        let default = self.default_name();
+        Err(format!(
+            "the token is for namespace '{}', and this request is to namespace '{}'",
+            for_namespace.as_deref().unwrap_or(default),
+            current.unwrap_or(default)
+        ))
+    }
+
     /// The namespace `host` selects (the default for `None`), created when it does not exist
     /// and on-demand creation is on. Returns its name (`None`: the default) and broker.
     pub async fn resolve(&self, host: Option<&str>) -> Result<(Option<String>, Broker)> {

@@ -139,20 +139,9 @@ impl App {
     /// the URI it is for must select the same one (a token for a bare path fits any).
     fn token_in_namespace(&self, token: &str) -> Result<(), HttpError> {
         let Some(namespaces) = &self.config.namespaces else { return Ok(()) };
-        let Ok(Some(host)) = ironbus_core::auth::token_host(token) else { return Ok(()) };
-        let for_namespace = namespaces.name_for_host(&host);
-        if for_namespace == self.namespace {
-            return Ok(());
-        }
-        let default = namespaces.default_name();
-        Err(HttpError::unauthorized(&AuthError::new(
-            AuthErrorKind::InvalidSignature,
-            format!(
-                "the token is for namespace '{}', and this request is to namespace '{}'",
-                for_namespace.as_deref().unwrap_or(default),
-                self.namespace.as_deref().unwrap_or(default)
-            ),
-        )))
+        namespaces.token_fits(token, self.namespace.as_deref()).map_err(|message| {
+            HttpError::unauthorized(&AuthError::new(AuthErrorKind::InvalidSignature, message))
+        })
     }
 
     async fn handle(

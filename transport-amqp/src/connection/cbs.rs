@@ -10,7 +10,7 @@
 
 use fe2o3_amqp_types::primitives::Value;
 use ironbus_core::auth::{
-    token_audience, token_host, AuthError, AuthErrorKind, Authorizer, Claim, EntityRules, Right,
+    token_audience, AuthError, AuthErrorKind, Authorizer, Claim, EntityRules, Right,
 };
 use ironbus_core::transport::authorization::{entity_rules, named_entity};
 use ironbus_core::BrokerError;
@@ -149,20 +149,9 @@ impl Connection {
     /// bare path is for whichever namespace it is put on).
     fn in_namespace(&self, token: &str) -> Result<(), Refusal> {
         let Some(namespaces) = &self.cx.namespaces else { return Ok(()) };
-        let Ok(Some(host)) = token_host(token) else { return Ok(()) };
-        let for_namespace = namespaces.name_for_host(&host);
-        if for_namespace == self.cx.namespace {
-            return Ok(());
-        }
-        let name =
-            |n: &Option<String>| n.clone().unwrap_or_else(|| namespaces.default_name().to_owned());
-        Err(Refusal {
+        namespaces.token_fits(token, self.cx.namespace.as_deref()).map_err(|description| Refusal {
             status: 401,
-            description: format!(
-                "the token is for namespace '{}', and this connection is to namespace '{}'",
-                name(&for_namespace),
-                name(&self.cx.namespace)
-            ),
+            description,
             missing: None,
         })
     }
