@@ -230,7 +230,7 @@ async fn a_refused_link_fails_the_run_with_the_brokers_reason() {
         let output = bench(addr, &["--client", client, "--address", "nowhere"]).await;
         assert!(!output.status.success(), "{client}");
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains("'nowhere' could not be found"), "{client}: {stderr}");
+        assert!(stderr.contains("/nowhere' could not be found"), "{client}: {stderr}");
         // fe2o3-amqp shows the condition in Rust's debug form; ours as the AMQP symbol.
         let condition = if client == "wire" { "amqp:not-found" } else { "NotFound" };
         assert!(stderr.contains(condition), "{client}: {stderr}");
