@@ -10,6 +10,7 @@ use ironbus_core::auth::SasPolicy;
 
 use crate::cluster::ClusterArgs;
 use crate::http::HttpArgs;
+use crate::output::LogFormat;
 use crate::stores::StoreArgs;
 use crate::tls::TlsArgs;
 
@@ -73,6 +74,11 @@ pub struct Args {
     /// subscriptions per topic. Off: only the namespace-wide totals are recorded.
     #[arg(long, env = "IRONBUS_METRICS_ENTITY_LABELS")]
     pub metrics_entity_labels: bool,
+    /// How the log is written to standard output: `text` (colours only on a terminal without
+    /// NO_COLOR) or `json` (one object per line, the start-up banner included, for log
+    /// shippers). RUST_LOG filters it (default `info`).
+    #[arg(long, env = "IRONBUS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// Testing only (built with the `fault-injection` feature): wraps every store in a fault
     /// injector and serves `POST /$ironbus/faults?entity=..&partition=..&available=..` on the
     /// plain HTTP listener.

@@ -14,6 +14,7 @@
 //!   development CA and `localhost` certificate).
 //! - [`http`]: the HTTP listeners' flags and binding, and AMQP over WebSockets handed to the
 //!   AMQP transport.
+//! - [`output`]: the log (text, coloured only on a terminal, or JSON) and the start-up banner.
 //! - [`cluster`]: `--cluster`: the node's part in partition ownership and the internal link.
 //! - `faults` (feature `fault-injection`, testing only): `--testing-fault-injection`, which the
 //!   compat suites use to make one partition unavailable.
@@ -34,6 +35,7 @@ mod error;
 #[cfg(feature = "fault-injection")]
 pub mod faults;
 pub mod http;
+pub mod output;
 pub mod policies;
 mod server;
 mod start;

@@ -12,14 +12,10 @@ use ironbus_metrics::PrometheusExporter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    // Colours for a person at a terminal; plain text into a file or a pipe.
-    tracing_subscriber::fmt()
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let args = ironbus::Args::parse();
+    // Colours for a person at a terminal; plain text into a file or a pipe; JSON on request.
+    let log_format = args.log_format;
+    ironbus::output::init_logging(log_format);
     // Before the broker opens, so that nothing it records is lost.
     // A cluster node labels every series with its id, so that one Prometheus scrapes them all.
     let metrics = match (&args.cluster.node_id, args.cluster.cluster) {
@@ -27,10 +23,7 @@ async fn main() -> anyhow::Result<()> {
         _ => PrometheusExporter::install()?,
     };
     let started = ironbus::start(args, &metrics).await?;
-    #[allow(clippy::print_stdout, reason = "the connection strings are for people to copy")]
-    for connection_string in started.connection_strings() {
-        println!("{connection_string}");
-    }
+    started.announce(log_format);
     started.server.serve_until(ironbus::shutdown_requested()).await?;
     Ok(())
 }

@@ -31,6 +31,10 @@ pub struct Started {
     pub link_addr: Option<SocketAddr>,
     /// The root key as connection strings show it (the operator's is never shown).
     pub shown_key: String,
+    /// The CA certificate clients must trust to reach the TLS listeners: the generated
+    /// development CA (`<data-dir>/tls/ca.pem`); `None` without TLS listeners or with the
+    /// operator's own certificate.
+    pub trusted_ca: Option<std::path::PathBuf>,
 }
 
 impl Started {
@@ -220,6 +224,9 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
         https_addr: http.as_ref().and_then(|http| http.tls_addr()),
         link_addr: None,
         shown_key: root.shown_key().to_owned(),
+        trusted_ca: certificate
+            .as_ref()
+            .and_then(|_| args.tls.development_ca(&args.store.data_dir)),
         server: Server::new(broker).with(amqp),
     };
     if let Some(http) = http {

@@ -77,7 +77,16 @@ impl TlsArgs {
             .map_err(|source| TlsError::ReadKey { path: key, source })?;
         Ok(Certificate { chain, key })
     }
+
+    /// The development CA clients trust (`<data-dir>/tls/ca.pem`), unless the operator serves
+    /// a certificate of their own.
+    pub fn development_ca(&self, data_dir: &Path) -> Option<PathBuf> {
+        self.tls_cert.is_none().then(|| data_dir.join(DEVELOPMENT_DIR).join("ca.pem"))
+    }
 }
+
+/// The development certificate's directory under the data directory.
+const DEVELOPMENT_DIR: &str = "tls";
 
 impl Certificate {
     /// A server configuration of this certificate offering the ALPN protocols `alpn` (none:
@@ -99,7 +108,7 @@ impl Certificate {
 /// (`ca.pem`, what clients trust) and a server certificate for `localhost` and `127.0.0.1`
 /// signed by it (`cert.pem`, `key.pem`). Returns the server certificate's and key's paths.
 fn development_certificate(data_dir: &Path) -> Result<(PathBuf, PathBuf), TlsError> {
-    let dir = data_dir.join("tls");
+    let dir = data_dir.join(DEVELOPMENT_DIR);
     let (ca_path, cert_path, key_path) =
         (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
     if !(ca_path.is_file() && cert_path.is_file() && key_path.is_file()) {
@@ -111,14 +120,6 @@ fn development_certificate(data_dir: &Path) -> Result<(PathBuf, PathBuf), TlsErr
         write(&cert_path, &cert, false)?;
         write(&key_path, &key, true)?;
         tracing::info!(ca = %ca_path.display(), "generated a development TLS certificate for localhost");
-    }
-    #[allow(clippy::print_stdout, reason = "people need the path to trust the certificate")]
-    {
-        println!(
-            "TLS development certificate authority (HTTPS, AMQPS, WebSockets): {} (trust it: \
-             Python connection_verify=..., Node NODE_EXTRA_CA_CERTS=...)",
-            ca_path.display()
-        );
     }
     Ok((cert_path, key_path))
 }
