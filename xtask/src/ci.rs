@@ -10,8 +10,12 @@ const STEPS: &[(&str, &[&str])] = &[
         &["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"],
     ),
     ("doc", &["doc", "--workspace", "--no-deps", "--all-features"]),
-    ("test", &["test", "--workspace", "--all-features"]),
+    ("test", TEST_ARGS),
 ];
+
+/// The test step's `cargo` arguments; with `--no-run`, the dev-profile builds of the servers the
+/// SDK suites and the crash tests run (`IRONBUS_XTASK_PROFILE=dev`) are these same binaries.
+pub(crate) const TEST_ARGS: &[&str] = &["test", "--workspace", "--all-features"];
 
 pub(crate) fn run(args: &[String]) -> Result<()> {
     crate::no_arguments("ci", args)?;

@@ -514,8 +514,9 @@ fn build_server() -> Result<PathBuf> {
 }
 
 /// Builds `packages` (default features) and returns the executables of `binaries`, in that
-/// order: optimised, unless `IRONBUS_XTASK_PROFILE=dev` asks for the dev profile (CI does, so
-/// that RocksDB's C++ is compiled once, for the tests and the servers alike).
+/// order: optimised, unless `IRONBUS_XTASK_PROFILE=dev` asks for the dev profile (CI does): then
+/// they are the binaries `cargo xtask ci`'s test step builds (every package, every feature), so
+/// that RocksDB's C++ is compiled once for the tests and the servers alike.
 pub(crate) fn build_release(packages: &[&str], binaries: &[&str]) -> Result<Vec<PathBuf>> {
     build_release_with(packages, &[], binaries)
 }
@@ -527,17 +528,23 @@ fn build_release_with(
     binaries: &[&str],
 ) -> Result<Vec<PathBuf>> {
     let features = features.join(",");
-    let mut args = vec!["build"];
+    let mut args = vec![];
     match std::env::var("IRONBUS_XTASK_PROFILE").as_deref() {
-        Ok("dev") => {}
-        Ok("release") | Err(_) => args.push("--release"),
+        // Exactly the build of `cargo xtask ci`'s test step, whose binaries (every feature on,
+        // `fault-injection` included) are those: a build of the packages alone resolves their
+        // dependencies' features differently (dev-dependencies add some), which would compile
+        // RocksDB's C++ a second time.
+        Ok("dev") => args.extend(crate::ci::TEST_ARGS.iter().copied().chain(["--no-run"])),
+        Ok("release") | Err(_) => {
+            args.extend(["build", "--release"]);
+            for package in packages {
+                args.extend(["-p", package]);
+            }
+            if !features.is_empty() {
+                args.extend(["--features", features.as_str()]);
+            }
+        }
         Ok(other) => bail!("IRONBUS_XTASK_PROFILE must be `dev` or `release`, not `{other}`"),
-    }
-    for package in packages {
-        args.extend(["-p", package]);
-    }
-    if !features.is_empty() {
-        args.extend(["--features", features.as_str()]);
     }
     args.push("--message-format=json-render-diagnostics");
     eprintln!("$ cargo {}", args.join(" "));
@@ -549,11 +556,13 @@ fn build_release_with(
     if !output.status.success() {
         bail!("building {} failed ({})", packages.join(", "), output.status);
     }
-    // The last artifact of each binary target that has an executable is the binary.
+    // The last artifact of each binary target that has an executable is the binary (not the
+    // harness of its unit tests, which `cargo test` builds too).
     let mut found: Vec<Option<PathBuf>> = vec![None; binaries.len()];
     for line in String::from_utf8_lossy(&output.stdout).lines() {
         let Ok(message) = serde_json::from_str::<Value>(line) else { continue };
         let is_bin = message["reason"] == "compiler-artifact"
+            && message["profile"]["test"] == false
             && message["target"]["kind"]
                 .as_array()
                 .is_some_and(|kinds| kinds.contains(&"bin".into()));
