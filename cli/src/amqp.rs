@@ -1,0 +1,346 @@
+//! The AMQP client: one connection and one session per command, SASL ANONYMOUS then a `$cbs`
+//! put-token for each entity it touches (as the Service Bus SDKs do), senders, receivers and
+//! `$management` requests. Every failure names the entity and the broker's condition.
+
+use std::collections::HashSet;
+
+use fe2o3_amqp::connection::ConnectionHandle;
+use fe2o3_amqp::link::receiver::CreditMode;
+use fe2o3_amqp::sasl_profile::SaslProfile;
+use fe2o3_amqp::session::SessionHandle;
+use fe2o3_amqp::types::definitions::{ReceiverSettleMode, SenderSettleMode};
+use fe2o3_amqp::types::messaging::{
+    ApplicationProperties, Body, Message, Outcome, Properties, Source,
+};
+use fe2o3_amqp::types::primitives::{OrderedMap, SimpleValue, Value};
+use fe2o3_amqp::{Connection, Receiver, Sender, Session};
+use tokio::net::TcpStream;
+
+use crate::connection::Endpoints;
+use crate::error::{CliError, Context, ErrorKind, Result};
+use crate::tls::Tls;
+
+/// The AMQP message type the CLI sends and receives.
+pub type AmqpMessage = Message<Body<Value>>;
+
+/// How a receiver takes messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiveMode {
+    /// Locked until settled (complete, abandon, defer, dead-letter).
+    PeekLock,
+    /// Removed as they are delivered.
+    ReceiveAndDelete,
+}
+
+/// A connection and session to a namespace, authorized entity by entity.
+#[derive(Debug)]
+pub struct AmqpClient {
+    connection: ConnectionHandle<()>,
+    session: SessionHandle<()>,
+    endpoints: Endpoints,
+    cbs: Option<RequestLinks>,
+    authorized: HashSet<String>,
+    links: u32,
+}
+
+/// A sender and a receiver for requests to one node (`$cbs`, `<entity>/$management`).
+#[derive(Debug)]
+struct RequestLinks {
+    sender: Sender,
+    receiver: Receiver,
+    reply_to: String,
+}
+
+impl AmqpClient {
+    /// Connects to `endpoints.amqp` (TLS when it says so) and begins a session.
+    pub async fn connect(endpoints: &Endpoints, tls: &Tls) -> Result<Self> {
+        let amqp = &endpoints.amqp;
+        let address = format!("{}:{}", amqp.host, amqp.port);
+        let tcp = TcpStream::connect(&address).await.context(ErrorKind::Connection, || {
+            format!("connecting to AMQP{} at {address}", if amqp.tls { "S" } else { "" })
+        })?;
+        let _ = tcp.set_nodelay(true);
+        let container = format!("ironbus-cli-{}", uuid::Uuid::new_v4());
+        let builder = Connection::builder()
+            .container_id(container)
+            .hostname(amqp.host.as_str())
+            .sasl_profile(SaslProfile::Anonymous);
+        let opening = || format!("opening an AMQP connection to {address}");
+        let mut connection = if amqp.tls {
+            let stream = tls.connect(&amqp.host, tcp).await?;
+            builder.open_with_stream(stream).await.context(ErrorKind::Connection, opening)?
+        } else {
+            builder.open_with_stream(tcp).await.context(ErrorKind::Connection, opening)?
+        };
+        let session = Session::begin(&mut connection)
+            .await
+            .context(ErrorKind::Connection, || format!("beginning an AMQP session on {address}"))?;
+        Ok(AmqpClient {
+            connection,
+            session,
+            endpoints: endpoints.clone(),
+            cbs: None,
+            authorized: HashSet::new(),
+            links: 0,
+        })
+    }
+
+    fn link_name(&mut self, role: &str) -> String {
+        self.links += 1;
+        format!("ironbus-cli-{role}-{}", self.links)
+    }
+
+    /// Puts a token for `path` on `$cbs` unless done already on this connection.
+    async fn authorize(&mut self, path: &str) -> Result<()> {
+        let entity = path.split("/$").next().unwrap_or(path).to_ascii_lowercase();
+        if self.authorized.contains(&entity) {
+            return Ok(());
+        }
+        if self.cbs.is_none() {
+            let links = self.request_links("$cbs").await?;
+            self.cbs = Some(links);
+        }
+        let audience = self.endpoints.audience(&entity);
+        let token = self.endpoints.credentials.token(&audience);
+        let properties = [
+            ("operation", SimpleValue::String("put-token".into())),
+            ("type", SimpleValue::String("servicebus.windows.net:sastoken".into())),
+            ("name", SimpleValue::String(audience.clone())),
+        ];
+        let Some(cbs) = self.cbs.as_mut() else { return Err(CliError::protocol("no $cbs link")) };
+        let (status, description, _) =
+            cbs.call(&properties, Value::String(token), &format!("authorizing `{entity}`")).await?;
+        if status != 200 && status != 202 {
+            let kind = if status == 404 { ErrorKind::NotFound } else { ErrorKind::Refused };
+            return Err(CliError::new(
+                kind,
+                format!("authorizing `{entity}` ($cbs put-token): status {status}: {description}"),
+            ));
+        }
+        self.authorized.insert(entity);
+        Ok(())
+    }
+
+    /// A sender and reply receiver on `node`.
+    async fn request_links(&mut self, node: &str) -> Result<RequestLinks> {
+        let name = self.link_name("request");
+        let reply_to = format!("{name}-reply");
+        let sender = Sender::builder()
+            .name(format!("{name}:sender"))
+            .target(node)
+            .sender_settle_mode(SenderSettleMode::Unsettled)
+            .attach(&mut self.session)
+            .await
+            .context(ErrorKind::Refused, || format!("attaching a sender to `{node}`"))?;
+        let receiver = Receiver::builder()
+            .name(format!("{name}:receiver"))
+            .source(node)
+            .target(reply_to.clone())
+            .attach(&mut self.session)
+            .await
+            .context(ErrorKind::Refused, || format!("attaching a receiver to `{node}`"))?;
+        Ok(RequestLinks { sender, receiver, reply_to })
+    }
+
+    /// A sender to the queue or topic at `path`.
+    pub async fn sender(&mut self, path: &str) -> Result<Sender> {
+        self.authorize(path).await?;
+        let name = self.link_name("sender");
+        Sender::builder()
+            .name(name)
+            .target(path)
+            .sender_settle_mode(SenderSettleMode::Unsettled)
+            .attach(&mut self.session)
+            .await
+            .context(ErrorKind::Refused, || format!("opening a sender to `{path}`"))
+    }
+
+    /// A receiver of the (sub-)queue at `path`, with manual credit; with `session`, that
+    /// session's messages (a session-enabled entity).
+    pub async fn receiver(
+        &mut self,
+        path: &str,
+        mode: ReceiveMode,
+        session: Option<&str>,
+    ) -> Result<Receiver> {
+        self.authorize(path).await?;
+        let name = self.link_name("receiver");
+        let mut source = Source::builder().address(path.to_owned());
+        if let Some(id) = session {
+            source = source.add_to_filter_using_legacy_format(
+                "com.microsoft:session-filter",
+                Value::String(id.to_owned()),
+            );
+        }
+        let settle = match mode {
+            ReceiveMode::PeekLock => SenderSettleMode::Unsettled,
+            ReceiveMode::ReceiveAndDelete => SenderSettleMode::Settled,
+        };
+        Receiver::builder()
+            .name(name)
+            .source(source.build())
+            .target(format!("ironbus-cli-{}", self.links))
+            .sender_settle_mode(settle)
+            .receiver_settle_mode(ReceiverSettleMode::First)
+            .credit_mode(CreditMode::Manual)
+            .attach(&mut self.session)
+            .await
+            .context(ErrorKind::Refused, || format!("opening a receiver on `{path}`"))
+    }
+
+    /// The `$management` node of the (sub-)queue at `path`.
+    pub async fn management(&mut self, path: &str) -> Result<ManagementNode> {
+        self.authorize(path).await?;
+        let node = format!("{path}/$management");
+        let links = self.request_links(&node).await?;
+        Ok(ManagementNode { links, path: path.to_owned() })
+    }
+
+    /// Ends the session and closes the connection (errors on the way out are ignored: the
+    /// work is done or has already failed).
+    pub async fn close(mut self) {
+        let _ = self.session.end().await;
+        let _ = self.connection.close().await;
+    }
+}
+
+impl RequestLinks {
+    /// Sends one request and awaits its answer: status, description, body.
+    async fn call(
+        &mut self,
+        properties: &[(&str, SimpleValue)],
+        body: Value,
+        what: &str,
+    ) -> Result<(i64, String, Value)> {
+        let mut application = ApplicationProperties::builder();
+        for (key, value) in properties {
+            application = application.insert(*key, value.clone());
+        }
+        let request = Message::builder()
+            .properties(
+                Properties::builder()
+                    .message_id(uuid::Uuid::new_v4().to_string())
+                    .reply_to(self.reply_to.clone())
+                    .build(),
+            )
+            .application_properties(application.build())
+            .value(body)
+            .build();
+        let outcome =
+            self.sender.send(request).await.context(ErrorKind::Connection, || what.to_owned())?;
+        if let Outcome::Rejected(rejected) = outcome {
+            return Err(CliError::refused(format!(
+                "{what}: the request was rejected: {}",
+                describe(rejected.error.as_ref())
+            )));
+        }
+        self.receiver.set_credit(1).await.context(ErrorKind::Connection, || what.to_owned())?;
+        let response = self
+            .receiver
+            .recv::<Body<Value>>()
+            .await
+            .context(ErrorKind::Connection, || format!("{what}: awaiting the answer"))?;
+        let _ = self.receiver.accept(&response).await;
+        let message = response.into_message();
+        let props = message.application_properties.as_ref();
+        let get = |a: &str, b: &str| props.and_then(|p| p.get(a).or_else(|| p.get(b)));
+        let status = get("statusCode", "status-code").and_then(integer).unwrap_or(0);
+        let mut description = match get("statusDescription", "status-description") {
+            Some(SimpleValue::String(s)) => s.clone(),
+            _ => String::new(),
+        };
+        if let Some(SimpleValue::Symbol(condition)) = get("errorCondition", "error-condition") {
+            description = format!("{}: {description}", condition.as_str());
+        }
+        let body = match message.body {
+            Body::Value(v) => v.0,
+            _ => Value::Null,
+        };
+        Ok((status, description, body))
+    }
+}
+
+/// The `$management` node of one entity: request/response operations.
+#[derive(Debug)]
+pub struct ManagementNode {
+    links: RequestLinks,
+    path: String,
+}
+
+impl ManagementNode {
+    /// Calls `operation` with the map `body`; answers the response body (`Value::Null` for
+    /// 204). A status other than 200 or 204 is an error with the broker's condition and text.
+    pub async fn call(&mut self, operation: &str, body: Vec<(&str, Value)>) -> Result<Value> {
+        let mut map = OrderedMap::new();
+        for (key, value) in body {
+            map.insert(Value::String(key.to_owned()), value);
+        }
+        let what = format!("{operation} on `{}`", self.path);
+        let properties = [("operation", SimpleValue::String(operation.to_owned()))];
+        let (status, description, body) =
+            self.links.call(&properties, Value::Map(map), &what).await?;
+        match status {
+            200 | 202 => Ok(body),
+            204 => Ok(Value::Null),
+            404 => Err(CliError::new(
+                ErrorKind::NotFound,
+                format!("{what}: status 404: {description}"),
+            )),
+            _ => Err(CliError::refused(format!("{what}: status {status}: {description}"))),
+        }
+    }
+}
+
+/// An error's condition and description, for messages.
+pub fn describe(error: Option<&fe2o3_amqp::types::definitions::Error>) -> String {
+    match error {
+        Some(e) => {
+            let condition = format!("{:?}", e.condition);
+            match &e.description {
+                Some(d) => format!("{condition}: {d}"),
+                None => condition,
+            }
+        }
+        None => "no error given".to_owned(),
+    }
+}
+
+/// An AMQP integer of any width.
+pub fn integer(value: &SimpleValue) -> Option<i64> {
+    match *value {
+        SimpleValue::Ubyte(v) => Some(v.into()),
+        SimpleValue::Ushort(v) => Some(v.into()),
+        SimpleValue::Uint(v) => Some(v.into()),
+        SimpleValue::Ulong(v) => i64::try_from(v).ok(),
+        SimpleValue::Byte(v) => Some(v.into()),
+        SimpleValue::Short(v) => Some(v.into()),
+        SimpleValue::Int(v) => Some(v.into()),
+        SimpleValue::Long(v) => Some(v),
+        _ => None,
+    }
+}
+
+/// An AMQP integer of any width, from a `Value`.
+pub fn value_integer(value: &Value) -> Option<i64> {
+    match *value {
+        Value::Ubyte(v) => Some(v.into()),
+        Value::Ushort(v) => Some(v.into()),
+        Value::Uint(v) => Some(v.into()),
+        Value::Ulong(v) => i64::try_from(v).ok(),
+        Value::Byte(v) => Some(v.into()),
+        Value::Short(v) => Some(v.into()),
+        Value::Int(v) => Some(v.into()),
+        Value::Long(v) => Some(v),
+        _ => None,
+    }
+}
+
+/// The entry `key` of a map value (string or symbol keys).
+pub fn map_get<'a>(value: &'a Value, key: &str) -> Option<&'a Value> {
+    match value {
+        Value::Map(map) => {
+            map.get(&Value::String(key.to_owned())).or_else(|| map.get(&Value::Symbol(key.into())))
+        }
+        _ => None,
+    }
+}
