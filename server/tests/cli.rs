@@ -1,0 +1,344 @@
+//! The operators' command line (`ironbus <command>`) end to end: a real `ironbus` server
+//! process on free ports and the memory store, and the same binary's CLI commands run as
+//! processes against it, their `--output json` checked against `cli/schema/*.json`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// A server process, killed when dropped.
+struct Server {
+    child: Child,
+    connection_string: String,
+    http: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Starts `ironbus --store memory` on free ports; returns once it prints its connection string.
+fn server() -> Server {
+    let (amqp, http) = (free_port(), free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ironbus"))
+        .args(["--store", "memory", "--amqps-addr", "off", "--https-addr", "off"])
+        .args(["--amqp-addr", &format!("127.0.0.1:{amqp}")])
+        .args(["--http-addr", &format!("127.0.0.1:{http}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the server starts");
+    let stdout = child.stdout.take().expect("piped");
+    let mut lines = BufReader::new(stdout).lines();
+    let printed = lines.by_ref().map_while(Result::ok).find(|l| l.starts_with("Endpoint=sb://"));
+    assert!(printed.is_some(), "the server printed no connection string");
+    // Keep reading its output, so that it never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    Server {
+        child,
+        connection_string: format!(
+            "Endpoint=sb://localhost:{amqp};SharedAccessKeyName=RootManageSharedAccessKey;\
+             SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true"
+        ),
+        http: format!("http://localhost:{http}"),
+    }
+}
+
+impl Server {
+    /// Runs `ironbus <args>` against this server, stdin from `input` (none: an empty,
+    /// non-terminal stdin).
+    fn cli_with_input(&self, args: &[&str], input: Option<&[u8]>) -> Output {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ironbus"))
+            .args(args)
+            .args(["--http-endpoint", &self.http])
+            .env("SERVICEBUS_CONNECTION_STRING", &self.connection_string)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the CLI starts");
+        let mut stdin = child.stdin.take().expect("piped");
+        if let Some(bytes) = input {
+            stdin.write_all(bytes).expect("the CLI reads stdin");
+        }
+        drop(stdin);
+        child.wait_with_output().expect("the CLI ends")
+    }
+
+    /// Runs a command that must succeed; answers its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let output = self.cli_with_input(args, None);
+        let (stdout, stderr) = texts(&output);
+        assert!(output.status.success(), "ironbus {args:?} failed: {stderr}\n{stdout}");
+        stdout
+    }
+
+    /// Runs a command with `--output json` that must succeed; checks its output against the
+    /// schema `schema` and answers it.
+    fn json(&self, args: &[&str], schema: &str) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["--output", "json"]);
+        let stdout = self.ok(&all);
+        let value: Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("ironbus {args:?}: not one JSON document ({e}): {stdout}"));
+        validate(&value, &load(schema), schema, "$");
+        value
+    }
+
+    /// Runs a command that must fail; answers its stderr.
+    fn fails(&self, args: &[&str]) -> String {
+        let output = self.cli_with_input(args, None);
+        let (stdout, stderr) = texts(&output);
+        assert!(!output.status.success(), "ironbus {args:?} succeeded: {stdout}");
+        assert!(stdout.is_empty(), "a failure prints no result: {stdout}");
+        assert_eq!(stderr.lines().count(), 1, "one message: {stderr}");
+        stderr
+    }
+}
+
+fn texts(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn schema_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../cli/schema")
+}
+
+fn load(name: &str) -> Value {
+    let path = schema_dir().join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Checks `value` against the subset of JSON Schema the CLI's schemas use: `type` (one or a
+/// list), `enum`, `required`, `properties`, `additionalProperties` (a schema), `items`,
+/// `minimum`, and `$ref` to another schema file.
+fn validate(value: &Value, schema: &Value, file: &str, at: &str) {
+    if let Some(reference) = schema.get("$ref").and_then(Value::as_str) {
+        return validate(value, &load(reference), reference, at);
+    }
+    if let Some(types) = schema.get("type") {
+        let types: Vec<&str> = match types {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            other => panic!("{file}: bad type {other}"),
+        };
+        let fits = types.iter().any(|t| match *t {
+            "object" => value.is_object(),
+            "array" => value.is_array(),
+            "string" => value.is_string(),
+            "integer" => value.is_i64() || value.is_u64(),
+            "number" => value.is_number(),
+            "boolean" => value.is_boolean(),
+            "null" => value.is_null(),
+            other => panic!("{file}: unknown type {other}"),
+        });
+        assert!(fits, "{file}: {at} is {value}, not of type {types:?}");
+    }
+    if let Some(options) = schema.get("enum").and_then(Value::as_array) {
+        assert!(options.contains(value), "{file}: {at} is {value}, not one of {options:?}");
+    }
+    if let Some(minimum) = schema.get("minimum").and_then(Value::as_i64) {
+        if let Some(n) = value.as_i64() {
+            assert!(n >= minimum, "{file}: {at} is {n}, below {minimum}");
+        }
+    }
+    if let Some(object) = value.as_object() {
+        for key in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+            let key = key.as_str().expect("required names are strings");
+            assert!(object.contains_key(key), "{file}: {at} lacks `{key}`: {value}");
+        }
+        let properties = schema.get("properties").and_then(Value::as_object);
+        for (key, item) in object {
+            let path = format!("{at}.{key}");
+            match (properties.and_then(|p| p.get(key)), schema.get("additionalProperties")) {
+                (Some(sub), _) => validate(item, sub, file, &path),
+                (None, Some(Value::Bool(false))) => panic!("{file}: {path} is not allowed"),
+                (None, Some(sub)) if sub.is_object() => validate(item, sub, file, &path),
+                (None, _) => {}
+            }
+        }
+    }
+    if let (Some(items), Some(schema_items)) = (value.as_array(), schema.get("items")) {
+        for (i, item) in items.iter().enumerate() {
+            validate(item, schema_items, file, &format!("{at}[{i}]"));
+        }
+    }
+}
+
+#[test]
+fn every_schema_is_json_and_the_validator_catches_a_wrong_shape() {
+    for entry in std::fs::read_dir(schema_dir()).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        assert_eq!(load(&name)["$id"], name.as_str(), "each schema names itself");
+    }
+    let bad = serde_json::json!({"entity": "q", "deleted": -1});
+    let caught =
+        std::panic::catch_unwind(|| validate(&bad, &load("purge.json"), "purge.json", "$"));
+    assert!(caught.is_err(), "a negative count is refused");
+}
+
+#[test]
+fn entities_are_created_listed_shown_updated_and_deleted() {
+    let server = server();
+    let created = server.json(
+        &["queue", "create", "orders", "--max-delivery-count", "3", "--lock-duration", "30s"],
+        "entity.json",
+    );
+    assert_eq!(created["properties"]["MaxDeliveryCount"], 3);
+    assert_eq!(created["properties"]["LockDuration"], "PT30S");
+    let jobs =
+        ["queue", "create", "jobs", "--partitioned", "--partitions", "2", "--duplicate-detection"];
+    let jobs = server.json(&jobs, "entity.json");
+    assert_eq!((jobs["partitioned"].clone(), jobs["partitions"].clone()), (true.into(), 2.into()));
+    server.ok(&["topic", "create", "events", "--ttl", "1h"]);
+    server.ok(&["subscription", "create", "events", "all", "--max-delivery-count", "5"]);
+
+    let queues = server.json(&["queue", "list"], "entity-list.json");
+    let names: Vec<&str> =
+        queues.as_array().unwrap().iter().filter_map(|q| q["name"].as_str()).collect();
+    assert_eq!(names, ["jobs", "orders"]);
+    let subscriptions = server.json(&["subscription", "list", "events"], "entity-list.json");
+    assert_eq!(subscriptions[0]["path"], "events/Subscriptions/all");
+    let shown = server.json(&["subscription", "show", "events", "all"], "entity.json");
+    assert_eq!(shown["properties"]["MaxDeliveryCount"], 5);
+
+    let updated =
+        server.json(&["queue", "update", "orders", "--max-delivery-count", "7"], "entity.json");
+    assert_eq!(updated["properties"]["MaxDeliveryCount"], 7);
+    assert_eq!(updated["properties"]["LockDuration"], "PT30S", "what was not given stays");
+
+    let overview = server.json(&["overview"], "overview.json");
+    assert_eq!(overview["queues"].as_array().unwrap().len(), 2);
+    assert_eq!(overview["topics"][0]["subscriptions"][0]["name"], "all");
+    let table = server.ok(&["ns"]);
+    assert!(table.starts_with("KIND"), "{table}");
+    assert!(table.contains("events/Subscriptions/all"), "{table}");
+    assert!(!table.contains('\u{1b}'), "no colour codes into a pipe");
+
+    server.json(&["queue", "delete", "jobs"], "deleted.json");
+    let error = server.fails(&["queue", "show", "jobs"]);
+    assert!(error.starts_with("error: reading `jobs`: HTTP 404"), "{error}");
+    let error = server.fails(&["queue", "create", "orders"]);
+    assert!(error.contains("HTTP 409"), "{error}");
+}
+
+#[test]
+fn messages_are_sent_peeked_received_dead_lettered_resubmitted_and_purged() {
+    let server = server();
+    server.ok(&["queue", "create", "orders"]);
+    server.ok(&["queue", "create", "retry", "--duplicate-detection"]);
+
+    let sent = server.json(
+        &["send", "orders", "hello", "--subject", "greet", "--property", "n=5", "--repeat", "3"],
+        "send.json",
+    );
+    assert_eq!(sent["sent"], 3);
+    let piped = server.cli_with_input(
+        &["send", "orders", "--content-type", "application/json", "--message-id", "m-4"],
+        Some(br#"{"a":1}"#),
+    );
+    assert!(piped.status.success(), "{}", texts(&piped).1);
+
+    let peeked = server.json(&["peek", "orders", "--count", "10"], "messages.json");
+    let messages = peeked["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 4);
+    assert_eq!(messages[0]["body"], "hello");
+    assert_eq!(messages[0]["application_properties"]["n"], 5);
+    assert_eq!(messages[3]["body"], r#"{"a":1}"#);
+    assert_eq!(messages[3]["content_type"], "application/json");
+    let later = server.json(&["peek", "orders", "--from-sequence", "3"], "messages.json");
+    assert_eq!(later["messages"].as_array().unwrap().len(), 2);
+
+    let received = server.json(
+        &[
+            "receive",
+            "orders",
+            "--then",
+            "dead-letter",
+            "--reason",
+            "bad",
+            "--description",
+            "broken",
+        ],
+        "messages.json",
+    );
+    assert_eq!(received["settlement"], "dead-letter");
+    let dead = server.json(&["dead-letter", "list", "orders"], "messages.json");
+    assert_eq!(dead["entity"], "orders/$DeadLetterQueue");
+    assert_eq!(dead["messages"][0]["dead_letter_reason"], "bad");
+    assert_eq!(dead["messages"][0]["dead_letter_description"], "broken");
+    let table = server.ok(&["dead-letter", "list", "orders"]);
+    assert!(table.contains("REASON") && table.contains("broken"), "{table}");
+
+    let copied =
+        server.json(&["dead-letter", "resubmit", "orders", "--to", "retry"], "resubmit.json");
+    assert_eq!(copied["resubmitted"], 1);
+    assert_eq!(copied["fresh_message_ids"], true, "retry detects duplicates");
+    assert_ne!(copied["message_ids"][0], dead["messages"][0]["message_id"]);
+    let moved = server.json(&["dead-letter", "resubmit", "orders", "--remove"], "resubmit.json");
+    assert_eq!((moved["resubmitted"].clone(), moved["to"].clone()), (1.into(), "orders".into()));
+    let overview = server.json(&["overview"], "overview.json");
+    let orders = &overview["queues"][0];
+    assert_eq!(orders["name"], "orders");
+    assert_eq!(orders["counts"]["active"], 4);
+    assert_eq!(orders["counts"]["dead_letter"], 0);
+    assert_eq!(overview["queues"][1]["counts"]["active"], 1, "the copy in retry");
+
+    let completed = server.json(&["receive", "retry", "--timeout", "2"], "messages.json");
+    assert_eq!(completed["messages"][0]["body"], "hello");
+    let none = server.json(&["receive", "retry", "--timeout", "1"], "messages.json");
+    assert_eq!(none["messages"], serde_json::json!([]));
+
+    let purged = server.json(&["purge", "orders", "--yes"], "purge.json");
+    assert_eq!(purged["deleted"], 4);
+    let empty = server.json(&["peek", "orders"], "messages.json");
+    assert_eq!(empty["messages"], serde_json::json!([]));
+}
+
+#[test]
+fn purge_asks_and_refuses_without_yes_when_stdin_is_not_a_terminal() {
+    let server = server();
+    server.ok(&["queue", "create", "orders"]);
+    server.ok(&["send", "orders", "keep me"]);
+    let error = server.fails(&["purge", "orders"]);
+    assert!(error.contains("refusing without --yes"), "{error}");
+    let peeked = server.json(&["peek", "orders"], "messages.json");
+    assert_eq!(peeked["messages"].as_array().unwrap().len(), 1, "nothing was deleted");
+}
+
+#[test]
+fn errors_name_the_entity_and_the_brokers_answer() {
+    let server = server();
+    let error = server.fails(&["send", "nowhere", "x"]);
+    assert!(error.contains("`nowhere`") && error.contains("404"), "{error}");
+    let error = server.fails(&["peek", "nowhere"]);
+    assert!(error.contains("could not be found"), "{error}");
+    let usage = server.cli_with_input(&["send", "orders", "x", "--schedule", "tomorrow"], None);
+    assert_eq!(usage.status.code(), Some(2), "a usage error");
+    assert!(texts(&usage).1.contains("not an RFC 3339 time"));
+    let bad = "Endpoint=sb://localhost:1;SharedAccessKeyName=a;SharedAccessKey=b;UseDevelopmentEmulator=true";
+    let refused = Command::new(env!("CARGO_BIN_EXE_ironbus"))
+        .args(["overview", "--connection-string", bad, "--http-endpoint", "http://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        texts(&refused).1.starts_with("error: connecting to 127.0.0.1:1"),
+        "{}",
+        texts(&refused).1
+    );
+}
