@@ -78,6 +78,37 @@ pub enum Command {
     /// List and resubmit dead-lettered messages.
     #[command(name = "dead-letter")]
     DeadLetter(DeadLetterCommand),
+    /// Write the namespace's entities as the emulator's config.json (what `--config` reads).
+    #[command(
+        after_help = "Examples:\n  ironbus export > config.json\n  ironbus export --file config.json"
+    )]
+    Export(Export),
+    /// Apply a config.json to the namespace: create what is missing, update what differs.
+    #[command(
+        after_help = "Idempotent: a second run changes nothing. Properties fixed at creation \
+(RequiresSession, RequiresDuplicateDetection, EnablePartitioning, PartitionCount) are reported \
+when they differ, not changed; entities not in the file are left alone.\n\nExample:\n  ironbus import config.json"
+    )]
+    Import(Import),
+}
+
+/// `export`.
+#[derive(Debug, Args)]
+pub struct Export {
+    #[command(flatten)]
+    pub global: Global,
+    /// Write to this file (default: stdout).
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+}
+
+/// `import`.
+#[derive(Debug, Args)]
+pub struct Import {
+    #[command(flatten)]
+    pub global: Global,
+    /// The config.json to apply.
+    pub file: PathBuf,
 }
 
 /// `overview`.

@@ -1,5 +1,6 @@
 //! One module per command family; [`run`] picks the one a [`Command`] names.
 
+mod config;
 mod dead_letter;
 mod entities;
 mod messages;
@@ -24,5 +25,7 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         Command::Receive(c) => messages::receive(&Target::new(&c.global)?, &c).await,
         Command::Purge(c) => purge::run(&Target::new(&c.global)?, &c).await,
         Command::DeadLetter(c) => dead_letter::run(&Target::new(&c.global)?, c.action).await,
+        Command::Export(c) => config::export(&Target::new(&c.global)?, &c).await,
+        Command::Import(c) => config::import(&Target::new(&c.global)?, &c).await,
     }
 }

@@ -23,6 +23,7 @@ pub mod http;
 pub mod management;
 pub mod message;
 pub mod output;
+pub mod rules;
 pub mod sas;
 pub mod time;
 pub mod tls;

@@ -94,6 +94,21 @@ impl Management {
         }
     }
 
+    /// The namespace's name, from `$namespaceinfo` (`None` when the broker does not say).
+    pub async fn namespace_name(&self) -> Result<Option<String>> {
+        let query = format!("/$namespaceinfo?api-version={API_VERSION}");
+        let response = self.http.request(Method::GET, &query, None, &[]).await?;
+        let body = check(response, "reading the namespace's information")?;
+        let Ok(doc) = roxmltree::Document::parse(&body) else { return Ok(None) };
+        let name = doc
+            .descendants()
+            .find(|n| n.has_tag_name("NamespaceInfo"))
+            .and_then(|info| info.children().find(|c| c.has_tag_name("Name")))
+            .and_then(|n| n.text())
+            .map(str::to_owned);
+        Ok(name)
+    }
+
     /// Deletes the entity at `path`.
     pub async fn delete(&self, path: &str) -> Result<()> {
         let query = format!("/{}?api-version={API_VERSION}", url_path(path));

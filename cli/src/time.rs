@@ -33,6 +33,38 @@ pub fn iso_duration(text: &str) -> Result<String> {
     }
 }
 
+/// An ISO 8601 duration (`P1DT2H3M4.5S`; no years, months or weeks) in milliseconds, to
+/// compare durations written differently (`PT60S` and `PT1M`).
+pub fn duration_millis(text: &str) -> Option<u128> {
+    let rest = text.trim().strip_prefix(['P', 'p'])?;
+    let (days, time) = match rest.split_once(['T', 't']) {
+        Some((d, t)) => (d, t),
+        None => (rest, ""),
+    };
+    let mut total: f64 = 0.0;
+    let mut any = false;
+    for (part, units) in [
+        (days, &[('D', 86_400_000.0)][..]),
+        (time, &[('H', 3_600_000.0), ('M', 60_000.0), ('S', 1000.0)][..]),
+    ] {
+        let mut number = String::new();
+        for c in part.chars() {
+            if c.is_ascii_digit() || c == '.' {
+                number.push(c);
+                continue;
+            }
+            let factor = units.iter().find(|(u, _)| u.eq_ignore_ascii_case(&c))?.1;
+            total += number.parse::<f64>().ok()? * factor;
+            number.clear();
+            any = true;
+        }
+        if !number.is_empty() {
+            return None;
+        }
+    }
+    any.then_some(total.round() as u128)
+}
+
 /// Days since 1970-01-01 of a civil date (proleptic Gregorian).
 fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
@@ -121,6 +153,17 @@ mod tests {
         assert_eq!(iso_duration("pt1m").unwrap(), "PT1M");
         for bad in ["", "m", "5y", "x5s"] {
             assert!(iso_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn iso_durations_compare_by_length() {
+        assert_eq!(duration_millis("PT1M"), duration_millis("PT60S"));
+        assert_eq!(duration_millis("P1DT1S"), Some(86_401_000));
+        assert_eq!(duration_millis("PT0.5S"), Some(500));
+        assert_eq!(duration_millis("P10675199DT2H48M5.4775807S").map(|m| m > 0), Some(true));
+        for bad in ["", "P", "1M", "PT5", "PT5Q", "P2W"] {
+            assert_eq!(duration_millis(bad), None, "{bad}");
         }
     }
 

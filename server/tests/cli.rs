@@ -29,11 +29,17 @@ fn free_port() -> u16 {
 
 /// Starts `ironbus --store memory` on free ports; returns once it prints its connection string.
 fn server() -> Server {
+    server_with(&[])
+}
+
+/// [`server`] with `extra` flags.
+fn server_with(extra: &[&str]) -> Server {
     let (amqp, http) = (free_port(), free_port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_ironbus"))
         .args(["--store", "memory", "--amqps-addr", "off", "--https-addr", "off"])
         .args(["--amqp-addr", &format!("127.0.0.1:{amqp}")])
         .args(["--http-addr", &format!("127.0.0.1:{http}")])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -341,4 +347,85 @@ fn errors_name_the_entity_and_the_brokers_answer() {
         "{}",
         texts(&refused).1
     );
+}
+
+/// A config file with what import must handle: a forward to a queue declared after it, a
+/// partitioned queue, sessions, a topic with a subscription and SQL and correlation rules.
+const CONFIG: &str = r#"{"UserConfig": {"Namespaces": [{"Name": "sbemulatorns",
+  "Queues": [
+    {"Name": "q1", "Properties": {"LockDuration": "PT1M", "MaxDeliveryCount": 4, "ForwardTo": "q2"}},
+    {"Name": "q2", "Properties": {"EnablePartitioning": true, "PartitionCount": 2, "RequiresDuplicateDetection": true}},
+    {"Name": "sq", "Properties": {"RequiresSession": true}}],
+  "Topics": [
+    {"Name": "t1", "Properties": {"DefaultMessageTimeToLive": "PT1H"},
+      "Subscriptions": [
+        {"Name": "all", "Properties": {"MaxDeliveryCount": 5}},
+        {"Name": "red", "Properties": {},
+          "Rules": [{"Name": "red-only", "Properties": {"FilterType": "Sql",
+              "SqlFilter": {"SqlExpression": "color = 'red'"}, "Action": {"SqlExpression": "SET seen = 1"}}},
+            {"Name": "corr", "Properties": {"FilterType": "Correlation",
+              "CorrelationFilter": {"Label": "x", "Properties": {"n": 5}}}}]}]}]}]}}"#;
+
+#[test]
+fn import_is_idempotent_and_export_gives_a_config_the_server_loads() {
+    let dir = std::env::temp_dir().join(format!("ironbus-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("input.json");
+    std::fs::write(&input, CONFIG).unwrap();
+    let input = input.to_str().unwrap();
+
+    let server = server();
+    let first = server.json(&["import", input], "import.json");
+    let actions: Vec<(&str, &str)> = first["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["path"].as_str().unwrap(), s["action"].as_str().unwrap()))
+        .collect();
+    assert!(
+        actions.contains(&("q1", "created")) && actions.contains(&("q1", "updated")),
+        "{actions:?}"
+    );
+    assert!(actions.contains(&("t1/Subscriptions/red/Rules/corr", "created")), "{actions:?}");
+    let second = server.json(&["import", input], "import.json");
+    for step in second["steps"].as_array().unwrap() {
+        assert_eq!(step["action"], "unchanged", "a second import changes nothing: {step}");
+    }
+    let rules = server.json(&["subscription", "show", "t1", "red"], "entity.json");
+    assert_eq!(rules["name"], "red");
+
+    let exported = server.json(&["export"], "config.json");
+    let namespace = &exported["UserConfig"]["Namespaces"][0];
+    let q1 = &namespace["Queues"][0];
+    assert_eq!(
+        (q1["Name"].as_str(), q1["Properties"]["ForwardTo"].as_str()),
+        (Some("q1"), Some("q2"))
+    );
+    assert_eq!(namespace["Queues"][1]["Properties"]["PartitionCount"], 2);
+    let red = &namespace["Topics"][0]["Subscriptions"][1];
+    assert_eq!(red["Rules"].as_array().unwrap().len(), 2, "declared rules, no $Default: {red}");
+    assert!(namespace["Topics"][0]["Subscriptions"][0].get("Rules").is_none(), "$Default only");
+
+    // Changing a property in the file updates it; a fixed one is reported, not changed.
+    let changed = CONFIG
+        .replace(r#""MaxDeliveryCount": 4"#, r#""MaxDeliveryCount": 9"#)
+        .replace(r#"{"RequiresSession": true}"#, r#"{"RequiresSession": false}"#);
+    let changed_file = dir.join("changed.json");
+    std::fs::write(&changed_file, changed).unwrap();
+    let third = server.json(&["import", changed_file.to_str().unwrap()], "import.json");
+    let steps = third["steps"].as_array().unwrap();
+    assert!(steps.iter().any(|s| s["path"] == "q1"
+        && s["action"] == "updated"
+        && s["fields"][0] == "MaxDeliveryCount"));
+    assert!(steps.iter().any(|s| s["path"] == "sq" && s["action"] == "differs-fixed"));
+
+    // The export, into a fresh server by import, and as its --config.
+    let file = dir.join("export.json");
+    server.ok(&["export", "--file", file.to_str().unwrap()]);
+    let fresh = server_with(&["--config", file.to_str().unwrap()]);
+    let again = fresh.json(&["import", file.to_str().unwrap()], "import.json");
+    for step in again["steps"].as_array().unwrap() {
+        assert_eq!(step["action"], "unchanged", "--config loaded the export as it was: {step}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
