@@ -78,6 +78,11 @@ pub enum Command {
     /// List and resubmit dead-lettered messages.
     #[command(name = "dead-letter")]
     DeadLetter(DeadLetterCommand),
+    /// List the sessions of a session-enabled queue or subscription; show or set their state.
+    #[command(
+        after_help = "Examples:\n  ironbus session list orders\n  ironbus session show orders customer-7\n  ironbus session set-state orders customer-7 '{\"step\":2}'\n  ironbus session set-state orders customer-7 --clear"
+    )]
+    Session(SessionCommand),
     /// Write the namespace's entities as the emulator's config.json (what `--config` reads).
     #[command(
         after_help = "Examples:\n  ironbus export > config.json\n  ironbus export --file config.json"
@@ -511,5 +516,47 @@ pub enum DeadLetterAction {
         /// How many messages at most.
         #[arg(long, short = 'n', default_value_t = 1000)]
         count: u32,
+    },
+}
+
+/// `session <action>`.
+#[derive(Debug, Args)]
+pub struct SessionCommand {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub action: SessionAction,
+}
+
+/// `session list|show|set-state`.
+#[derive(Debug, Subcommand)]
+pub enum SessionAction {
+    /// List the sessions that have messages or a state.
+    List {
+        /// The queue or subscription (`topic/Subscriptions/name`).
+        entity: String,
+    },
+    /// Show a session's state and how many messages it holds (locks the session meanwhile).
+    Show {
+        /// The queue or subscription.
+        entity: String,
+        /// The session's id.
+        id: String,
+    },
+    /// Set (or clear) a session's state (locks the session meanwhile).
+    SetState {
+        /// The queue or subscription.
+        entity: String,
+        /// The session's id.
+        id: String,
+        /// The new state, as text.
+        #[arg(conflicts_with_all = ["file", "clear"])]
+        state: Option<String>,
+        /// Read the new state from this file (any bytes).
+        #[arg(long, conflicts_with = "clear")]
+        file: Option<PathBuf>,
+        /// Remove the state.
+        #[arg(long)]
+        clear: bool,
     },
 }

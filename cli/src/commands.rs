@@ -6,6 +6,7 @@ mod entities;
 mod messages;
 mod overview;
 mod purge;
+mod sessions;
 
 use crate::args::Command;
 use crate::error::Result;
@@ -25,6 +26,7 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         Command::Receive(c) => messages::receive(&Target::new(&c.global)?, &c).await,
         Command::Purge(c) => purge::run(&Target::new(&c.global)?, &c).await,
         Command::DeadLetter(c) => dead_letter::run(&Target::new(&c.global)?, c.action).await,
+        Command::Session(c) => sessions::run(&Target::new(&c.global)?, c.action).await,
         Command::Export(c) => config::export(&Target::new(&c.global)?, &c).await,
         Command::Import(c) => config::import(&Target::new(&c.global)?, &c).await,
     }

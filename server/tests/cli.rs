@@ -429,3 +429,32 @@ fn import_is_idempotent_and_export_gives_a_config_the_server_loads() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sessions_are_listed_and_their_state_is_set_shown_and_cleared() {
+    let server = server();
+    server.ok(&["queue", "create", "sq", "--sessions"]);
+    server.ok(&["send", "sq", "a", "--session-id", "s1"]);
+    server.ok(&["send", "sq", "b", "--session-id", "s2", "--repeat", "2"]);
+    let listed = server.json(&["session", "list", "sq"], "sessions.json");
+    assert_eq!(listed["sessions"], serde_json::json!(["s1", "s2"]));
+
+    server.json(&["session", "set-state", "sq", "s1", r#"{"step":2}"#], "session.json");
+    let shown = server.json(&["session", "show", "sq", "s1"], "session.json");
+    assert_eq!(shown["state"], r#"{"step":2}"#);
+    assert_eq!(shown["messages"], 1);
+    let table = server.ok(&["session", "show", "sq", "s2"]);
+    assert!(table.contains("Messages  2") && table.contains("(none)"), "{table}");
+    server.json(&["session", "set-state", "sq", "s1", "--clear"], "session.json");
+    assert_eq!(
+        server.json(&["session", "show", "sq", "s1"], "session.json")["state"],
+        serde_json::Value::Null
+    );
+
+    let peeked = server.json(&["peek", "sq", "--session", "s2"], "messages.json");
+    assert_eq!(peeked["messages"].as_array().unwrap().len(), 2);
+    let received = server.json(&["receive", "sq", "--session", "s1"], "messages.json");
+    assert_eq!(received["messages"][0]["session_id"], "s1");
+    let error = server.fails(&["send", "sq", "no session"]);
+    assert!(error.contains("sending message 1 to `sq`"), "{error}");
+}
