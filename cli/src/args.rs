@@ -55,6 +55,8 @@ pub enum Command {
     Topic(EntityCommand<TopicAction>),
     /// List, show, create, update or delete the subscriptions of a topic.
     Subscription(EntityCommand<SubscriptionAction>),
+    /// List, show, create, update or delete the rules (filters and actions) of a subscription.
+    Rule(EntityCommand<RuleAction>),
     /// Send messages to a queue or topic.
     #[command(
         after_help = "Examples:\n  ironbus send orders 'hello'\n  ironbus send orders --file order.json --content-type application/json --property region=eu\n  echo hi | ironbus send events --subject greeting --repeat 10\n  ironbus send orders later --schedule 2030-01-01T00:00:00Z"
@@ -559,4 +561,99 @@ pub enum SessionAction {
         #[arg(long)]
         clear: bool,
     },
+}
+
+/// `rule <action>`.
+#[derive(Debug, Subcommand)]
+pub enum RuleAction {
+    /// List a subscription's rules.
+    List {
+        /// The topic.
+        topic: String,
+        /// The subscription.
+        subscription: String,
+    },
+    /// Show one rule.
+    Show {
+        /// The topic.
+        topic: String,
+        /// The subscription.
+        subscription: String,
+        /// The rule's name.
+        name: String,
+    },
+    /// Create a rule: a SQL filter (--sql) or a correlation filter (--correlation-*), and an
+    /// optional SQL action.
+    #[command(
+        after_help = "Examples:\n  ironbus rule create events red only-red --sql \"color = 'red'\" --action \"SET seen = 1\"\n  ironbus rule create events eu by-region --correlation-subject order --correlation-property region=eu"
+    )]
+    Create {
+        /// The topic.
+        topic: String,
+        /// The subscription.
+        subscription: String,
+        /// The rule's name.
+        name: String,
+        #[command(flatten)]
+        rule: RuleOptions,
+    },
+    /// Change a rule's filter (when one is given) or action.
+    Update {
+        /// The topic.
+        topic: String,
+        /// The subscription.
+        subscription: String,
+        /// The rule's name.
+        name: String,
+        #[command(flatten)]
+        rule: RuleOptions,
+    },
+    /// Delete a rule.
+    Delete {
+        /// The topic.
+        topic: String,
+        /// The subscription.
+        subscription: String,
+        /// The rule's name.
+        name: String,
+    },
+}
+
+/// A rule's filter and action.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RuleOptions {
+    /// A SQL filter, e.g. "color = 'red' AND quantity > 5".
+    #[arg(long, value_name = "EXPRESSION")]
+    pub sql: Option<String>,
+    /// Correlation filter: the CorrelationId.
+    #[arg(long, conflicts_with = "sql")]
+    pub correlation_id: Option<String>,
+    /// Correlation filter: the MessageId.
+    #[arg(long, conflicts_with = "sql")]
+    pub correlation_message_id: Option<String>,
+    /// Correlation filter: To.
+    #[arg(long, conflicts_with = "sql")]
+    pub correlation_to: Option<String>,
+    /// Correlation filter: ReplyTo.
+    #[arg(long, conflicts_with = "sql")]
+    pub correlation_reply_to: Option<String>,
+    /// Correlation filter: the Subject (label).
+    #[arg(long, conflicts_with = "sql")]
+    pub correlation_subject: Option<String>,
+    /// Correlation filter: the SessionId.
+    #[arg(long, conflicts_with = "sql")]
+    pub correlation_session_id: Option<String>,
+    /// Correlation filter: ReplyToSessionId.
+    #[arg(long, conflicts_with = "sql")]
+    pub correlation_reply_to_session_id: Option<String>,
+    /// Correlation filter: the ContentType.
+    #[arg(long, conflicts_with = "sql")]
+    pub correlation_content_type: Option<String>,
+    /// Correlation filter: an application property `key=value` (repeatable; integers and
+    /// true/false typed, "text" a string).
+    #[arg(long = "correlation-property", value_name = "KEY=VALUE", conflicts_with = "sql")]
+    pub correlation_properties: Vec<String>,
+    /// A SQL action run on matching messages, e.g. "SET seen = 1" (update: empty removes it).
+    #[arg(long, value_name = "EXPRESSION")]
+    pub action: Option<String>,
 }

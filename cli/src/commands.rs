@@ -6,6 +6,7 @@ mod entities;
 mod messages;
 mod overview;
 mod purge;
+mod rules;
 mod sessions;
 
 use crate::args::Command;
@@ -21,6 +22,7 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         Command::Subscription(c) => {
             entities::subscription(&Target::new(&c.global)?, c.action).await
         }
+        Command::Rule(c) => rules::run(&Target::new(&c.global)?, c.action).await,
         Command::Send(c) => messages::send(&Target::new(&c.global)?, &c).await,
         Command::Peek(c) => messages::peek(&Target::new(&c.global)?, &c).await,
         Command::Receive(c) => messages::receive(&Target::new(&c.global)?, &c).await,

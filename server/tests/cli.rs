@@ -458,3 +458,41 @@ fn sessions_are_listed_and_their_state_is_set_shown_and_cleared() {
     let error = server.fails(&["send", "sq", "no session"]);
     assert!(error.contains("sending message 1 to `sq`"), "{error}");
 }
+
+#[test]
+fn rules_are_created_listed_updated_refused_and_deleted() {
+    let server = server();
+    server.ok(&["topic", "create", "events"]);
+    server.ok(&["subscription", "create", "events", "red"]);
+    let sql = ["rule", "create", "events", "red", "only-red", "--sql", "color = 'red'"];
+    let created = server.json(&[&sql[..], &["--action", "SET seen = 1"]].concat(), "rule.json");
+    assert_eq!(created["rule"]["SqlFilter"]["SqlExpression"], "color = 'red'");
+    assert_eq!(created["rule"]["Action"]["SqlExpression"], "SET seen = 1");
+    let by_region = ["rule", "create", "events", "red", "eu", "--correlation-subject", "order"];
+    let correlation = server
+        .json(&[&by_region[..], &["--correlation-property", "region=eu"]].concat(), "rule.json");
+    assert_eq!(correlation["rule"]["CorrelationFilter"]["Label"], "order");
+    assert_eq!(correlation["rule"]["CorrelationFilter"]["Properties"]["region"], "eu");
+
+    let listed = server.json(&["rule", "list", "events", "red"], "rule-list.json");
+    let names: Vec<&str> =
+        listed.as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+    assert_eq!(names, ["$Default", "eu", "only-red"]);
+    let updated = server.json(
+        &["rule", "update", "events", "red", "only-red", "--sql", "color = 'green'"],
+        "rule.json",
+    );
+    assert_eq!(updated["rule"]["SqlFilter"]["SqlExpression"], "color = 'green'");
+    assert_eq!(updated["rule"]["Action"]["SqlExpression"], "SET seen = 1", "kept");
+
+    let error = server.fails(&["rule", "create", "events", "red", "bad", "--sql", "color = = 'x'"]);
+    assert!(error.contains("HTTP 400") && error.contains("SqlExpression"), "{error}");
+    server.json(&["rule", "delete", "events", "red", "$Default"], "deleted.json");
+
+    server.ok(&["send", "events", "x", "--property", "color=green"]);
+    server.ok(&["send", "events", "y", "--property", "color=blue"]);
+    let peeked = server.json(&["peek", "events/Subscriptions/red"], "messages.json");
+    let messages = peeked["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1, "only the green one matches: {peeked}");
+    assert_eq!(messages[0]["application_properties"]["seen"], 1, "the action ran");
+}
