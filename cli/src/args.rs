@@ -49,6 +49,11 @@ pub enum Command {
         after_help = "Examples:\n  ironbus overview\n  ironbus ns --output json"
     )]
     Overview(Overview),
+    /// Counts and their rates, refreshed in place (one line per refresh when not a terminal).
+    #[command(
+        after_help = "Ends on Ctrl-C or after --iterations. With --output json: one JSON document per line.\n\nExamples:\n  ironbus watch\n  ironbus watch --interval 5 --iterations 12 >> counts.log"
+    )]
+    Watch(Watch),
     /// List, show, create, update or delete queues.
     Queue(EntityCommand<QueueAction>),
     /// List, show, create, update or delete topics.
@@ -72,7 +77,14 @@ pub enum Command {
         after_help = "Examples:\n  ironbus receive orders --count 5\n  ironbus receive orders --then dead-letter --reason bad-input\n  ironbus receive orders --delete --timeout 2"
     )]
     Receive(Receive),
-    /// Delete every message of a queue or subscription (or of its dead-letter queue).
+    /// Cancel scheduled messages by their sequence numbers (as `send --schedule` prints them).
+    #[command(
+        name = "cancel-scheduled",
+        after_help = "Example:\n  ironbus cancel-scheduled orders 12 13"
+    )]
+    CancelScheduled(CancelScheduled),
+    /// Delete every message of a queue or subscription (or its dead letters, or its scheduled
+    /// messages).
     #[command(
         after_help = "Asks for confirmation on a terminal; without one, --yes is required.\n\nExamples:\n  ironbus purge orders\n  ironbus purge orders --dead-letter --yes"
     )]
@@ -116,6 +128,19 @@ pub struct Import {
     pub global: Global,
     /// The config.json to apply.
     pub file: PathBuf,
+}
+
+/// `watch`.
+#[derive(Debug, Args)]
+pub struct Watch {
+    #[command(flatten)]
+    pub global: Global,
+    /// Seconds between refreshes.
+    #[arg(long, default_value_t = 2)]
+    pub interval: u64,
+    /// Stop after this many refreshes (default: until Ctrl-C).
+    #[arg(long)]
+    pub iterations: Option<u64>,
 }
 
 /// `overview`.
@@ -466,6 +491,18 @@ pub struct Receive {
     pub full: bool,
 }
 
+/// `cancel-scheduled`.
+#[derive(Debug, Args)]
+pub struct CancelScheduled {
+    #[command(flatten)]
+    pub global: Global,
+    /// The queue or topic.
+    pub entity: String,
+    /// The sequence numbers of the scheduled messages.
+    #[arg(required = true, value_name = "SEQ")]
+    pub sequence_numbers: Vec<i64>,
+}
+
 /// `purge`.
 #[derive(Debug, Args)]
 pub struct Purge {
@@ -474,8 +511,11 @@ pub struct Purge {
     /// The queue or subscription (`topic/Subscriptions/name`).
     pub entity: String,
     /// Purge the dead-letter queue instead.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "scheduled")]
     pub dead_letter: bool,
+    /// Cancel every scheduled message instead (a queue or topic).
+    #[arg(long)]
+    pub scheduled: bool,
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub yes: bool,

@@ -8,6 +8,7 @@ mod overview;
 mod purge;
 mod rules;
 mod sessions;
+mod watch;
 
 use crate::args::Command;
 use crate::error::Result;
@@ -17,6 +18,7 @@ use crate::Target;
 pub(crate) async fn run(command: Command) -> Result<()> {
     match command {
         Command::Overview(c) => overview::run(&Target::new(&c.global)?).await,
+        Command::Watch(c) => watch::run(&Target::new(&c.global)?, &c).await,
         Command::Queue(c) => entities::queue(&Target::new(&c.global)?, c.action).await,
         Command::Topic(c) => entities::topic(&Target::new(&c.global)?, c.action).await,
         Command::Subscription(c) => {
@@ -26,6 +28,9 @@ pub(crate) async fn run(command: Command) -> Result<()> {
         Command::Send(c) => messages::send(&Target::new(&c.global)?, &c).await,
         Command::Peek(c) => messages::peek(&Target::new(&c.global)?, &c).await,
         Command::Receive(c) => messages::receive(&Target::new(&c.global)?, &c).await,
+        Command::CancelScheduled(c) => {
+            messages::cancel_scheduled(&Target::new(&c.global)?, &c).await
+        }
         Command::Purge(c) => purge::run(&Target::new(&c.global)?, &c).await,
         Command::DeadLetter(c) => dead_letter::run(&Target::new(&c.global)?, c.action).await,
         Command::Session(c) => sessions::run(&Target::new(&c.global)?, c.action).await,

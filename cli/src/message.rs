@@ -99,6 +99,13 @@ pub fn parse_property(text: &str) -> Result<(String, SimpleValue)> {
     Ok((key.to_owned(), value))
 }
 
+/// Encodes a whole message (for `com.microsoft:schedule-message`).
+pub fn encode(message: &AmqpMessage) -> Result<Vec<u8>> {
+    use fe2o3_amqp::types::messaging::message::__private::Serializable;
+    serde_amqp::to_vec(&Serializable(message))
+        .map_err(|e| CliError::protocol("encoding a message").with_source(e))
+}
+
 /// Decodes one message of a `$management` answer (the AMQP encoding of a whole message).
 pub fn decode(bytes: &[u8]) -> Result<AmqpMessage> {
     let decoded: Deserializable<AmqpMessage> = serde_amqp::from_slice(bytes).map_err(|e| {

@@ -496,3 +496,52 @@ fn rules_are_created_listed_updated_refused_and_deleted() {
     assert_eq!(messages.len(), 1, "only the green one matches: {peeked}");
     assert_eq!(messages[0]["application_properties"]["seen"], 1, "the action ran");
 }
+
+#[test]
+fn scheduled_messages_are_numbered_cancelled_and_purged() {
+    let server = server();
+    server.ok(&["queue", "create", "orders"]);
+    let at = ["send", "orders", "later", "--schedule", "2030-01-01T00:00:00Z", "--repeat", "3"];
+    let sent = server.json(&at, "send.json");
+    assert_eq!(sent["scheduled_enqueue_time"], "2030-01-01T00:00:00.000Z");
+    let numbers: Vec<String> = sent["sequence_numbers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_i64().unwrap().to_string())
+        .collect();
+    assert_eq!(numbers.len(), 3);
+    let peeked = server.json(&["peek", "orders"], "messages.json");
+    assert_eq!(peeked["messages"][0]["state"], "scheduled");
+
+    let cancelled = server.json(&["cancel-scheduled", "orders", &numbers[0]], "cancelled.json");
+    assert_eq!(cancelled["cancelled"][0].to_string(), numbers[0]);
+    let overview = server.json(&["overview"], "overview.json");
+    assert_eq!(overview["queues"][0]["counts"]["scheduled"], 2);
+
+    server.ok(&["send", "orders", "now"]);
+    let purged = server.json(&["purge", "orders", "--scheduled", "--yes"], "purge.json");
+    assert_eq!(purged["deleted"], 2);
+    let overview = server.json(&["overview"], "overview.json");
+    let counts = &overview["queues"][0]["counts"];
+    assert_eq!((counts["scheduled"].as_u64(), counts["active"].as_u64()), (Some(0), Some(1)));
+}
+
+#[test]
+fn watch_prints_one_line_per_refresh_into_a_pipe() {
+    let server = server();
+    server.ok(&["queue", "create", "orders"]);
+    server.ok(&["send", "orders", "x", "--repeat", "2"]);
+    let plain = server.ok(&["watch", "--interval", "1", "--iterations", "2"]);
+    let lines: Vec<&str> = plain.lines().collect();
+    assert_eq!(lines.len(), 2, "{plain}");
+    assert!(lines[0].contains("entities=1 active=2 active/s=-"), "{plain}");
+    assert!(lines[1].contains("active/s=+0.0"), "{plain}");
+    assert!(!plain.contains('\u{1b}'), "no escape codes into a pipe");
+    let json = server.ok(&["watch", "--interval", "1", "--iterations", "2", "--output", "json"]);
+    for line in json.lines() {
+        let value: Value = serde_json::from_str(line).unwrap();
+        validate(&value, &load("watch.json"), "watch.json", "$");
+        assert_eq!(value["active"], 2);
+    }
+}

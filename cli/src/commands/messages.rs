@@ -6,12 +6,12 @@ use std::time::Duration;
 use fe2o3_amqp::link::delivery::Delivery;
 use fe2o3_amqp::types::definitions::{self, ErrorCondition, Fields};
 use fe2o3_amqp::types::messaging::{Body, Modified, Outcome};
-use fe2o3_amqp::types::primitives::Value;
+use fe2o3_amqp::types::primitives::{Binary, OrderedMap, Value};
 use fe2o3_amqp::Receiver;
 use serde_json::{json, Value as Json};
 
 use crate::amqp::{describe, map_get, value_integer, AmqpClient, AmqpMessage, ReceiveMode};
-use crate::args::{Peek, Receive, Send, Settle, SubQueue};
+use crate::args::{CancelScheduled, Peek, Receive, Send, Settle, SubQueue};
 use crate::error::{CliError, Context, ErrorKind, Result};
 use crate::message::{self, MessageView, Outgoing};
 use crate::output;
@@ -70,45 +70,91 @@ pub(crate) async fn send(target: &Target, args: &Send) -> Result<()> {
         schedule,
     };
     let mut client = target.amqp().await?;
-    let mut sender = client.sender(&args.entity).await?;
     let mut ids = Vec::new();
-    for n in 0..args.repeat {
-        let message = outgoing.message();
-        let view = MessageView::new(&message);
-        let outcome = sender
-            .send(message)
-            .await
-            .context(ErrorKind::Connection, || format!("sending to `{}`", args.entity))?;
-        match outcome {
-            Outcome::Accepted(_) => ids.push(view.json["message_id"].clone()),
-            Outcome::Rejected(r) => {
-                return Err(CliError::refused(format!(
-                    "sending message {} to `{}`: {}",
-                    n + 1,
-                    args.entity,
-                    describe(r.error.as_ref())
-                )))
+    let mut sequence_numbers = Vec::new();
+    if schedule.is_some() {
+        // Scheduled through `$management`, which answers each message's sequence number
+        // (what `cancel-scheduled` takes).
+        let mut node = client.management(&args.entity).await?;
+        for _ in 0..args.repeat {
+            let message = outgoing.message();
+            let view = MessageView::new(&message);
+            let mut entry = vec![
+                (
+                    Value::String("message".into()),
+                    Value::Binary(Binary::from(message::encode(&message)?)),
+                ),
+                (
+                    Value::String("message-id".into()),
+                    Value::String(view.json["message_id"].as_str().unwrap_or_default().to_owned()),
+                ),
+            ];
+            if let Some(id) = &outgoing.session_id {
+                entry.push((Value::String("session-id".into()), Value::String(id.clone())));
             }
-            other => {
-                return Err(CliError::refused(format!(
-                    "sending message {} to `{}`: the broker answered {other:?}",
-                    n + 1,
-                    args.entity
-                )))
+            if let Some(key) = &outgoing.partition_key {
+                entry.push((Value::String("partition-key".into()), Value::String(key.clone())));
+            }
+            let entry: OrderedMap<Value, Value> = entry.into_iter().collect();
+            let answer = node
+                .call(
+                    "com.microsoft:schedule-message",
+                    vec![("messages", Value::List(vec![Value::Map(entry)]))],
+                )
+                .await?;
+            let numbers: Vec<i64> = match map_get(&answer, "sequence-numbers") {
+                Some(Value::Array(a)) => a.0.iter().filter_map(value_integer).collect(),
+                Some(Value::List(l)) => l.iter().filter_map(value_integer).collect(),
+                _ => Vec::new(),
+            };
+            sequence_numbers.extend(numbers);
+            ids.push(view.json["message_id"].clone());
+        }
+    } else {
+        let mut sender = client.sender(&args.entity).await?;
+        for n in 0..args.repeat {
+            let message = outgoing.message();
+            let view = MessageView::new(&message);
+            let outcome = sender
+                .send(message)
+                .await
+                .context(ErrorKind::Connection, || format!("sending to `{}`", args.entity))?;
+            match outcome {
+                Outcome::Accepted(_) => ids.push(view.json["message_id"].clone()),
+                Outcome::Rejected(r) => {
+                    return Err(CliError::refused(format!(
+                        "sending message {} to `{}`: {}",
+                        n + 1,
+                        args.entity,
+                        describe(r.error.as_ref())
+                    )))
+                }
+                other => {
+                    return Err(CliError::refused(format!(
+                        "sending message {} to `{}`: the broker answered {other:?}",
+                        n + 1,
+                        args.entity
+                    )))
+                }
             }
         }
+        let _ = sender.close().await;
     }
-    let _ = sender.close().await;
     client.close().await;
     let json = json!({
         "entity": args.entity,
         "sent": ids.len(),
         "message_ids": ids,
-        "scheduled_enqueue_time": args.schedule.as_ref().map(|_| schedule.map(crate::time::format_rfc3339)),
+        "scheduled_enqueue_time": schedule.map(crate::time::format_rfc3339),
+        "sequence_numbers": sequence_numbers,
     });
     output::emit(target.format, &json, || {
         let when = match schedule {
-            Some(at) => format!(", scheduled for {}", crate::time::format_rfc3339(at)),
+            Some(at) => format!(
+                ", scheduled for {} (sequence numbers {})",
+                crate::time::format_rfc3339(at),
+                sequence_numbers.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+            ),
             None => String::new(),
         };
         format!("sent {} message(s) to {}{when}\n", ids.len(), args.entity)
@@ -302,5 +348,42 @@ pub(crate) async fn receive(target: &Target, args: &Receive) -> Result<()> {
     };
     let dead = args.sub_queue.dead_letter || args.sub_queue.transfer;
     print_messages(target, &path, &views, Some(settled), dead, args.full);
+    Ok(())
+}
+
+/// Most sequence numbers one cancel request names.
+const CANCEL_BATCH: usize = 100;
+
+/// Cancels the scheduled messages `sequence_numbers` of `entity` on `client`.
+pub(crate) async fn cancel(
+    client: &mut AmqpClient,
+    entity: &str,
+    sequence_numbers: &[i64],
+) -> Result<()> {
+    let mut node = client.management(entity).await?;
+    for chunk in sequence_numbers.chunks(CANCEL_BATCH) {
+        let numbers = chunk.iter().map(|n| Value::Long(*n)).collect();
+        node.call(
+            "com.microsoft:cancel-scheduled-message",
+            vec![("sequence-numbers", Value::Array(fe2o3_amqp::types::primitives::Array(numbers)))],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Runs `cancel-scheduled`.
+pub(crate) async fn cancel_scheduled(target: &Target, args: &CancelScheduled) -> Result<()> {
+    let mut client = target.amqp().await?;
+    cancel(&mut client, &args.entity, &args.sequence_numbers).await?;
+    client.close().await;
+    let json = json!({ "entity": args.entity, "cancelled": args.sequence_numbers });
+    output::emit(target.format, &json, || {
+        format!(
+            "cancelled {} scheduled message(s) of {}\n",
+            args.sequence_numbers.len(),
+            args.entity
+        )
+    });
     Ok(())
 }

@@ -10,8 +10,9 @@ use serde_json::json;
 
 use crate::amqp::{map_get, value_integer};
 use crate::args::{Purge, SubQueue};
-use crate::commands::messages::sub_queue_path;
+use crate::commands::messages::{cancel, peek_messages, sub_queue_path};
 use crate::error::{CliError, Context, ErrorKind, Result};
+use crate::message::MessageView;
 use crate::output;
 use crate::time::now_millis;
 use crate::Target;
@@ -47,6 +48,9 @@ pub(crate) async fn run(target: &Target, args: &Purge) -> Result<()> {
     if !args.yes {
         confirm(&format!("delete every message of `{path}`?"))?;
     }
+    if args.scheduled {
+        return purge_scheduled(target, &args.entity).await;
+    }
     // Messages enqueued after the purge started are left alone.
     let cutoff = now_millis();
     let mut client = target.amqp().await?;
@@ -80,5 +84,24 @@ pub(crate) async fn run(target: &Target, args: &Purge) -> Result<()> {
     client.close().await;
     let json = json!({ "entity": path, "deleted": total });
     output::emit(target.format, &json, || format!("purged {path}: {total} messages deleted\n"));
+    Ok(())
+}
+
+/// `purge --scheduled`: peeks every message, cancels the scheduled ones.
+async fn purge_scheduled(target: &Target, entity: &str) -> Result<()> {
+    let mut client = target.amqp().await?;
+    let messages = peek_messages(&mut client, entity, 0, u32::MAX, None).await?;
+    let scheduled: Vec<i64> = messages
+        .iter()
+        .map(MessageView::new)
+        .filter(|v| v.json["state"] == "scheduled")
+        .filter_map(|v| v.json["sequence_number"].as_i64())
+        .collect();
+    cancel(&mut client, entity, &scheduled).await?;
+    client.close().await;
+    let json = json!({ "entity": entity, "deleted": scheduled.len() });
+    output::emit(target.format, &json, || {
+        format!("purged {entity}: {} scheduled messages cancelled\n", scheduled.len())
+    });
     Ok(())
 }
