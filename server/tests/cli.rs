@@ -545,3 +545,46 @@ fn watch_prints_one_line_per_refresh_into_a_pipe() {
         assert_eq!(value["active"], 2);
     }
 }
+
+/// Without UseDevelopmentEmulator the CLI speaks TLS on both protocols, as against Azure
+/// Service Bus: AMQPS on the Endpoint's port and HTTPS, trusting the CA of `--ca-file`.
+#[test]
+fn without_the_emulator_flag_both_protocols_use_tls_and_check_the_certificate() {
+    let dir = std::env::temp_dir().join(format!("ironbus-cli-tls-{}", std::process::id()));
+    let (amqp, amqps, https) = (free_port(), free_port(), free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ironbus"))
+        .args(["--store", "memory", "--http-addr", "off", "--data-dir", dir.to_str().unwrap()])
+        .args(["--amqp-addr", &format!("127.0.0.1:{amqp}")])
+        .args(["--amqps-addr", &format!("127.0.0.1:{amqps}")])
+        .args(["--https-addr", &format!("127.0.0.1:{https}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the server starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    assert!(lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("Endpoint=sb://")));
+    std::thread::spawn(move || lines.for_each(drop));
+    let server = Server {
+        child,
+        connection_string: format!(
+            "Endpoint=sb://localhost:{amqps}/;SharedAccessKeyName=RootManageSharedAccessKey;\
+             SharedAccessKey=SAS_KEY_VALUE"
+        ),
+        http: format!("https://localhost:{https}"),
+    };
+    let ca = dir.join("tls/ca.pem");
+    let ca = ca.to_str().unwrap();
+    server.ok(&["queue", "create", "secure", "--ca-file", ca]);
+    server.ok(&["send", "secure", "over tls", "--ca-file", ca]);
+    let peeked = server.json(&["peek", "secure", "--ca-file", ca], "messages.json");
+    assert_eq!(peeked["messages"][0]["body"], "over tls");
+    let untrusted = server.fails(&["peek", "secure"]);
+    assert!(
+        untrusted.contains("TLS handshake with localhost") && untrusted.contains("--ca-file"),
+        "{untrusted}"
+    );
+    let insecure = server.json(&["overview", "--insecure"], "overview.json");
+    assert_eq!(insecure["queues"][0]["name"], "secure");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
