@@ -11,6 +11,7 @@ use crate::output::Format;
 
 /// The flags every command takes: where the namespace is, how to trust it, how to print.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Connection and output")]
 pub struct Global {
     /// The namespace's connection string (Endpoint, SharedAccessKeyName, SharedAccessKey or
     /// SharedAccessSignature, UseDevelopmentEmulator). Default: the emulator's, which ironbus
@@ -114,33 +115,33 @@ when they differ, not changed; entities not in the file are left alone.\n\nExamp
 /// `export`.
 #[derive(Debug, Args)]
 pub struct Export {
-    #[command(flatten)]
-    pub global: Global,
     /// Write to this file (default: stdout).
     #[arg(long)]
     pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub global: Global,
 }
 
 /// `import`.
 #[derive(Debug, Args)]
 pub struct Import {
-    #[command(flatten)]
-    pub global: Global,
     /// The config.json to apply.
     pub file: PathBuf,
+    #[command(flatten)]
+    pub global: Global,
 }
 
 /// `watch`.
 #[derive(Debug, Args)]
 pub struct Watch {
-    #[command(flatten)]
-    pub global: Global,
     /// Seconds between refreshes.
     #[arg(long, default_value_t = 2)]
     pub interval: u64,
     /// Stop after this many refreshes (default: until Ctrl-C).
     #[arg(long)]
     pub iterations: Option<u64>,
+    #[command(flatten)]
+    pub global: Global,
 }
 
 /// `overview`.
@@ -153,10 +154,10 @@ pub struct Overview {
 /// A family of entity commands: the global flags, then the action.
 #[derive(Debug, Args)]
 pub struct EntityCommand<A: Subcommand> {
-    #[command(flatten)]
-    pub global: Global,
     #[command(subcommand)]
     pub action: A,
+    #[command(flatten)]
+    pub global: Global,
 }
 
 /// `queue <action>`.
@@ -180,6 +181,9 @@ pub enum QueueAction {
         options: QueueOptions,
     },
     /// Change a queue's properties (only those given).
+    #[command(
+        after_help = "Durations: 30s, 5m, 2h, 7d or ISO 8601 (PT1M). Flags shown with [<BOOL>] take an optional true or false.\n\nExample:\n  ironbus queue update orders --max-delivery-count 10 --ttl 7d"
+    )]
     Update {
         /// The queue's name.
         name: String,
@@ -204,6 +208,9 @@ pub enum TopicAction {
         name: String,
     },
     /// Create a topic.
+    #[command(
+        after_help = "Durations: 30s, 5m, 2h, 7d or ISO 8601 (PT1M). Flags shown with [<BOOL>] take an optional true or false.\n\nExample:\n  ironbus topic create events --ttl 1d --duplicate-detection"
+    )]
     Create {
         /// The topic's name.
         name: String,
@@ -211,6 +218,9 @@ pub enum TopicAction {
         options: TopicOptions,
     },
     /// Change a topic's properties (only those given).
+    #[command(
+        after_help = "Durations: 30s, 5m, 2h, 7d or ISO 8601 (PT1M). Flags shown with [<BOOL>] take an optional true or false."
+    )]
     Update {
         /// The topic's name.
         name: String,
@@ -240,6 +250,9 @@ pub enum SubscriptionAction {
         name: String,
     },
     /// Create a subscription (it gets the `$Default` rule, which takes every message).
+    #[command(
+        after_help = "Durations: 30s, 5m, 2h, 7d or ISO 8601 (PT1M). Flags shown with [<BOOL>] take an optional true or false.\n\nExample:\n  ironbus subscription create events audit --max-delivery-count 5 --forward-to audit-log"
+    )]
     Create {
         /// The topic.
         topic: String,
@@ -249,6 +262,9 @@ pub enum SubscriptionAction {
         options: SubscriptionOptions,
     },
     /// Change a subscription's properties (only those given).
+    #[command(
+        after_help = "Durations: 30s, 5m, 2h, 7d or ISO 8601 (PT1M). Flags shown with [<BOOL>] take an optional true or false."
+    )]
     Update {
         /// The topic.
         topic: String,
@@ -370,8 +386,6 @@ pub struct SubscriptionOptions {
 /// `send`.
 #[derive(Debug, Args)]
 pub struct Send {
-    #[command(flatten)]
-    pub global: Global,
     /// The queue or topic.
     pub entity: String,
     /// The body; without it (and without --file) the body is read from stdin.
@@ -407,6 +421,8 @@ pub struct Send {
     /// Send the message this many times.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub repeat: u32,
+    #[command(flatten)]
+    pub global: Global,
 }
 
 /// Which sub-queue of an entity.
@@ -423,8 +439,6 @@ pub struct SubQueue {
 /// `peek`.
 #[derive(Debug, Args)]
 pub struct Peek {
-    #[command(flatten)]
-    pub global: Global,
     /// The queue or subscription (`topic/Subscriptions/name`).
     pub entity: String,
     /// How many messages at most.
@@ -441,6 +455,8 @@ pub struct Peek {
     /// Print bodies in full (the table shows the first 60 characters).
     #[arg(long)]
     pub full: bool,
+    #[command(flatten)]
+    pub global: Global,
 }
 
 /// What to do with a received message.
@@ -459,8 +475,6 @@ pub enum Settle {
 /// `receive`.
 #[derive(Debug, Args)]
 pub struct Receive {
-    #[command(flatten)]
-    pub global: Global,
     /// The queue or subscription (`topic/Subscriptions/name`).
     pub entity: String,
     /// How many messages at most.
@@ -489,25 +503,25 @@ pub struct Receive {
     /// Print bodies in full (the table shows the first 60 characters).
     #[arg(long)]
     pub full: bool,
+    #[command(flatten)]
+    pub global: Global,
 }
 
 /// `cancel-scheduled`.
 #[derive(Debug, Args)]
 pub struct CancelScheduled {
-    #[command(flatten)]
-    pub global: Global,
     /// The queue or topic.
     pub entity: String,
     /// The sequence numbers of the scheduled messages.
     #[arg(required = true, value_name = "SEQ")]
     pub sequence_numbers: Vec<i64>,
+    #[command(flatten)]
+    pub global: Global,
 }
 
 /// `purge`.
 #[derive(Debug, Args)]
 pub struct Purge {
-    #[command(flatten)]
-    pub global: Global,
     /// The queue or subscription (`topic/Subscriptions/name`).
     pub entity: String,
     /// Purge the dead-letter queue instead.
@@ -519,15 +533,17 @@ pub struct Purge {
     /// Do not ask for confirmation.
     #[arg(long, short = 'y')]
     pub yes: bool,
+    #[command(flatten)]
+    pub global: Global,
 }
 
 /// `dead-letter <action>`.
 #[derive(Debug, Args)]
 pub struct DeadLetterCommand {
-    #[command(flatten)]
-    pub global: Global,
     #[command(subcommand)]
     pub action: DeadLetterAction,
+    #[command(flatten)]
+    pub global: Global,
 }
 
 /// `dead-letter list|resubmit`.
@@ -564,10 +580,10 @@ pub enum DeadLetterAction {
 /// `session <action>`.
 #[derive(Debug, Args)]
 pub struct SessionCommand {
-    #[command(flatten)]
-    pub global: Global,
     #[command(subcommand)]
     pub action: SessionAction,
+    #[command(flatten)]
+    pub global: Global,
 }
 
 /// `session list|show|set-state`.
