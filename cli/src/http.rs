@@ -59,7 +59,7 @@ impl HttpClient {
             .method(method.clone())
             .uri(path_and_query)
             .header(HOST, host_header)
-            .header(AUTHORIZATION, self.endpoints.credentials.token(&self.endpoints.audience("")));
+            .header(AUTHORIZATION, self.endpoints.credentials.token(&self.audience()));
         if body.is_some() {
             builder = builder.header(CONTENT_TYPE, "application/atom+xml;type=entry;charset=utf-8");
         }
@@ -78,6 +78,14 @@ impl HttpClient {
         }
         .map_err(|e| CliError::new(ErrorKind::Connection, what()).with_source(e))?;
         Ok(response)
+    }
+}
+
+impl HttpClient {
+    /// The audience of the management API's tokens: the namespace as an https URL, as the
+    /// Service Bus administration clients sign it.
+    fn audience(&self) -> String {
+        format!("https://{}/", self.endpoints.host)
     }
 }
 

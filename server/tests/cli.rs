@@ -9,17 +9,20 @@ use std::process::{Child, Command, Output, Stdio};
 
 use serde_json::Value;
 
-/// A server process, killed when dropped.
+/// A server process (killed when dropped) and how the CLI reaches it; or, without a process,
+/// another way to reach a server ([`Server::signed_with`]).
 struct Server {
-    child: Child,
+    child: Option<Child>,
     connection_string: String,
     http: String,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -51,7 +54,7 @@ fn server_with(extra: &[&str]) -> Server {
     // Keep reading its output, so that it never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
     Server {
-        child,
+        child: Some(child),
         connection_string: format!(
             "Endpoint=sb://localhost:{amqp};SharedAccessKeyName=RootManageSharedAccessKey;\
              SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true"
@@ -61,6 +64,17 @@ fn server_with(extra: &[&str]) -> Server {
 }
 
 impl Server {
+    /// The same server, reached with `credentials` (the connection string's parts after
+    /// its Endpoint) instead.
+    fn signed_with(&self, credentials: &str) -> Server {
+        let endpoint = self.connection_string.split(';').next().unwrap_or_default();
+        Server {
+            child: None,
+            connection_string: format!("{endpoint};{credentials};UseDevelopmentEmulator=true"),
+            http: self.http.clone(),
+        }
+    }
+
     /// Runs `ironbus <args>` against this server, stdin from `input` (none: an empty,
     /// non-terminal stdin).
     fn cli_with_input(&self, args: &[&str], input: Option<&[u8]>) -> Output {
@@ -565,7 +579,7 @@ fn without_the_emulator_flag_both_protocols_use_tls_and_check_the_certificate() 
     assert!(lines.by_ref().map_while(Result::ok).any(|l| l.starts_with("Endpoint=sb://")));
     std::thread::spawn(move || lines.for_each(drop));
     let server = Server {
-        child,
+        child: Some(child),
         connection_string: format!(
             "Endpoint=sb://localhost:{amqps}/;SharedAccessKeyName=RootManageSharedAccessKey;\
              SharedAccessKey=SAS_KEY_VALUE"
@@ -587,4 +601,24 @@ fn without_the_emulator_flag_both_protocols_use_tls_and_check_the_certificate() 
     assert_eq!(insecure["queues"][0]["name"], "secure");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_connection_string_may_carry_a_ready_token_instead_of_the_key() {
+    let server = server();
+    let key = "SAS_KEY_VALUE";
+    let token =
+        ironbus_cli::sas::sign("sb://localhost/", "RootManageSharedAccessKey", key, 4_000_000_000);
+    let with_token = server.signed_with(&format!("SharedAccessSignature={token}"));
+    with_token.ok(&["queue", "create", "orders"]);
+    with_token.ok(&["send", "orders", "signed elsewhere"]);
+    let peeked = with_token.json(&["peek", "orders"], "messages.json");
+    assert_eq!(peeked["messages"][0]["body"], "signed elsewhere");
+
+    let wrong =
+        server.signed_with("SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=nope");
+    let error = wrong.fails(&["overview"]);
+    assert!(error.contains("HTTP 401"), "{error}");
+    let error = wrong.fails(&["peek", "orders"]);
+    assert!(error.contains("$cbs put-token") && error.contains("401"), "{error}");
 }
