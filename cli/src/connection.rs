@@ -42,11 +42,13 @@ impl FromStr for ConnectionString {
     fn from_str(text: &str) -> Result<Self> {
         let (mut endpoint, mut name, mut key, mut signature) = (None, None, None, None);
         let (mut entity_path, mut emulator) = (None, false);
-        for part in text.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let parts = text.split(';').map(str::trim).filter(|p| !p.is_empty());
+        for (n, part) in parts.enumerate() {
+            // The part itself is not shown: it may be a key.
             let Some((k, v)) = part.split_once('=') else {
                 return Err(CliError::usage(format!(
-                    "the connection string has a part without `=`: `{}`",
-                    k_only(part)
+                    "part {} of the connection string is not `Key=Value`",
+                    n + 1
                 )));
             };
             match k.trim().to_ascii_lowercase().as_str() {
@@ -74,11 +76,6 @@ impl FromStr for ConnectionString {
         };
         Ok(ConnectionString { host, port, credentials, entity_path, emulator })
     }
-}
-
-/// The key of a `key=value` part, for messages that must not show a value (a key).
-fn k_only(part: &str) -> &str {
-    part.get(..part.len().min(20)).unwrap_or_default()
 }
 
 /// The host and port of `sb://host[:port][/...]` (any scheme is taken, as the SDKs do).

@@ -381,6 +381,21 @@ mod tests {
     }
 
     #[test]
+    fn a_body_that_is_not_utf8_shows_as_base64() {
+        let message = Outgoing { body: vec![0xff, 0x00, 0x41], ..Outgoing::default() }.message();
+        let view = MessageView::new(&message);
+        assert_eq!(view.json["body"], "/wBB");
+        assert_eq!(view.json["body_encoding"], "base64");
+        assert_eq!(view.body_cell(false), "base64:/wBB");
+        let long = Outgoing { body: vec![b'x'; 100], ..Outgoing::default() }.message();
+        assert_eq!(
+            MessageView::new(&long).body_cell(false).chars().count(),
+            61,
+            "60 and an ellipsis"
+        );
+    }
+
+    #[test]
     fn a_resubmission_drops_the_dead_letter_reason_and_can_take_a_fresh_id() {
         let mut message =
             Outgoing { body: b"x".to_vec(), message_id: Some("m1".into()), ..Outgoing::default() }

@@ -622,3 +622,29 @@ fn a_connection_string_may_carry_a_ready_token_instead_of_the_key() {
     let error = wrong.fails(&["peek", "orders"]);
     assert!(error.contains("$cbs put-token") && error.contains("401"), "{error}");
 }
+
+#[test]
+fn received_messages_can_be_abandoned_deferred_or_received_and_deleted() {
+    let server = server();
+    server.ok(&["queue", "create", "orders"]);
+    server.ok(&["send", "orders", "a"]);
+    server.ok(&["send", "orders", "b"]);
+    let abandoned = server.json(&["receive", "orders", "--then", "abandon"], "messages.json");
+    assert_eq!(
+        (abandoned["messages"][0]["body"].as_str(), abandoned["settlement"].as_str()),
+        (Some("a"), Some("abandon"))
+    );
+    let peeked = server.json(&["peek", "orders"], "messages.json");
+    assert_eq!(peeked["messages"][0]["delivery_count"], 1, "abandoning counts a delivery");
+    server.json(&["receive", "orders", "--then", "defer"], "messages.json");
+    let peeked = server.json(&["peek", "orders"], "messages.json");
+    assert_eq!(peeked["messages"][0]["state"], "deferred");
+    let deleted = server.json(
+        &["receive", "orders", "--delete", "--count", "5", "--timeout", "1"],
+        "messages.json",
+    );
+    assert_eq!(deleted["settlement"], "receive-and-delete");
+    assert_eq!(deleted["messages"][0]["body"], "b", "the deferred one is not received");
+    let left = server.json(&["peek", "orders"], "messages.json");
+    assert_eq!(left["messages"].as_array().unwrap().len(), 1, "the deferred message stays: {left}");
+}
