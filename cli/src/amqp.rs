@@ -56,9 +56,11 @@ impl AmqpClient {
     pub async fn connect(endpoints: &Endpoints, tls: &Tls) -> Result<Self> {
         let amqp = &endpoints.amqp;
         let address = format!("{}:{}", amqp.host, amqp.port);
-        let tcp = TcpStream::connect(&address).await.context(ErrorKind::Connection, || {
-            format!("connecting to AMQP{} at {address}", if amqp.tls { "S" } else { "" })
-        })?;
+        let connecting =
+            || format!("connecting to AMQP{} at {address}", if amqp.tls { "S" } else { "" });
+        let tcp = crate::timed(TcpStream::connect(&address), connecting)
+            .await?
+            .context(ErrorKind::Connection, connecting)?;
         let _ = tcp.set_nodelay(true);
         let container = format!("ironbus-cli-{}", uuid::Uuid::new_v4());
         let builder = Connection::builder()
@@ -67,14 +69,19 @@ impl AmqpClient {
             .sasl_profile(SaslProfile::Anonymous);
         let opening = || format!("opening an AMQP connection to {address}");
         let mut connection = if amqp.tls {
-            let stream = tls.connect(&amqp.host, tcp).await?;
-            builder.open_with_stream(stream).await.context(ErrorKind::Connection, opening)?
+            let stream = crate::timed(tls.connect(&amqp.host, tcp), opening).await??;
+            crate::timed(builder.open_with_stream(stream), opening)
+                .await?
+                .context(ErrorKind::Connection, opening)?
         } else {
-            builder.open_with_stream(tcp).await.context(ErrorKind::Connection, opening)?
+            crate::timed(builder.open_with_stream(tcp), opening)
+                .await?
+                .context(ErrorKind::Connection, opening)?
         };
-        let session = Session::begin(&mut connection)
-            .await
-            .context(ErrorKind::Connection, || format!("beginning an AMQP session on {address}"))?;
+        let beginning = || format!("beginning an AMQP session on {address}");
+        let session = crate::timed(Session::begin(&mut connection), beginning)
+            .await?
+            .context(ErrorKind::Connection, beginning)?;
         Ok(AmqpClient {
             connection,
             session,
@@ -125,20 +132,20 @@ impl AmqpClient {
     async fn request_links(&mut self, node: &str) -> Result<RequestLinks> {
         let name = self.link_name("request");
         let reply_to = format!("{name}-reply");
-        let sender = Sender::builder()
+        let what = || format!("attaching a sender to `{node}`");
+        let attaching = Sender::builder()
             .name(format!("{name}:sender"))
             .target(node)
             .sender_settle_mode(SenderSettleMode::Unsettled)
-            .attach(&mut self.session)
-            .await
-            .context(ErrorKind::Refused, || format!("attaching a sender to `{node}`"))?;
-        let receiver = Receiver::builder()
+            .attach(&mut self.session);
+        let sender = crate::timed(attaching, what).await?.context(ErrorKind::Refused, what)?;
+        let what = || format!("attaching a receiver to `{node}`");
+        let attaching = Receiver::builder()
             .name(format!("{name}:receiver"))
             .source(node)
             .target(reply_to.clone())
-            .attach(&mut self.session)
-            .await
-            .context(ErrorKind::Refused, || format!("attaching a receiver to `{node}`"))?;
+            .attach(&mut self.session);
+        let receiver = crate::timed(attaching, what).await?.context(ErrorKind::Refused, what)?;
         Ok(RequestLinks { sender, receiver, reply_to })
     }
 
@@ -146,13 +153,13 @@ impl AmqpClient {
     pub async fn sender(&mut self, path: &str) -> Result<Sender> {
         self.authorize(path).await?;
         let name = self.link_name("sender");
-        Sender::builder()
+        let what = || format!("opening a sender to `{path}`");
+        let attaching = Sender::builder()
             .name(name)
             .target(path)
             .sender_settle_mode(SenderSettleMode::Unsettled)
-            .attach(&mut self.session)
-            .await
-            .context(ErrorKind::Refused, || format!("opening a sender to `{path}`"))
+            .attach(&mut self.session);
+        crate::timed(attaching, what).await?.context(ErrorKind::Refused, what)
     }
 
     /// A receiver of the (sub-)queue at `path`, with manual credit; with `session`, that
@@ -176,16 +183,16 @@ impl AmqpClient {
             ReceiveMode::PeekLock => SenderSettleMode::Unsettled,
             ReceiveMode::ReceiveAndDelete => SenderSettleMode::Settled,
         };
-        Receiver::builder()
+        let what = || format!("opening a receiver on `{path}`");
+        let attaching = Receiver::builder()
             .name(name)
             .source(source.build())
             .target(format!("ironbus-cli-{}", self.links))
             .sender_settle_mode(settle)
             .receiver_settle_mode(ReceiverSettleMode::First)
             .credit_mode(CreditMode::Manual)
-            .attach(&mut self.session)
-            .await
-            .context(ErrorKind::Refused, || format!("opening a receiver on `{path}`"))
+            .attach(&mut self.session);
+        crate::timed(attaching, what).await?.context(ErrorKind::Refused, what)
     }
 
     /// The `$management` node of the (sub-)queue at `path`.
@@ -205,8 +212,18 @@ impl AmqpClient {
 }
 
 impl RequestLinks {
-    /// Sends one request and awaits its answer: status, description, body.
+    /// Sends one request and awaits its answer (within [`crate::TIMEOUT`]): status,
+    /// description, body.
     async fn call(
+        &mut self,
+        properties: &[(&str, SimpleValue)],
+        body: Value,
+        what: &str,
+    ) -> Result<(i64, String, Value)> {
+        crate::timed(self.exchange(properties, body, what), || what.to_owned()).await?
+    }
+
+    async fn exchange(
         &mut self,
         properties: &[(&str, SimpleValue)],
         body: Value,
@@ -289,6 +306,13 @@ impl ManagementNode {
             _ => Err(CliError::refused(format!("{what}: status {status}: {description}"))),
         }
     }
+}
+
+/// Sends `message` on `sender` (to `entity`) and awaits the broker's outcome, within
+/// [`crate::TIMEOUT`].
+pub async fn send(sender: &mut Sender, message: AmqpMessage, entity: &str) -> Result<Outcome> {
+    let what = || format!("sending to `{entity}`");
+    crate::timed(sender.send(message), what).await?.context(ErrorKind::Connection, what)
 }
 
 /// An error's condition and description, for messages.

@@ -47,9 +47,11 @@ impl HttpClient {
         let http = &self.endpoints.http;
         let address = format!("{}:{}", http.host, http.port);
         let what = || format!("{method} {}{path_and_query}", http.base());
-        let tcp = TcpStream::connect(&address)
-            .await
-            .context(ErrorKind::Connection, || format!("connecting to {address} for {}", what()))?;
+        let tcp = crate::timed(TcpStream::connect(&address), || {
+            format!("connecting to {address} for {}", what())
+        })
+        .await?
+        .context(ErrorKind::Connection, || format!("connecting to {address} for {}", what()))?;
         let host_header = if (http.tls && http.port == 443) || (!http.tls && http.port == 80) {
             http.host.clone()
         } else {
@@ -69,15 +71,26 @@ impl HttpClient {
         let request = builder
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .context(ErrorKind::Usage, what)?;
-        let response = match &self.tls {
-            Some(tls) => {
-                let stream = tls.connect(&http.host, tcp).await?;
-                send(TokioIo::new(stream), request).await
+        let exchange = async {
+            match &self.tls {
+                Some(tls) => {
+                    let stream = tls.connect(&http.host, tcp).await?;
+                    send(TokioIo::new(stream), request)
+                        .await
+                        .map_err(|e| CliError::new(ErrorKind::Connection, what()).with_source(e))
+                }
+                None => send(TokioIo::new(tcp), request)
+                    .await
+                    .map_err(|e| CliError::new(ErrorKind::Connection, what()).with_source(e)),
             }
-            None => send(TokioIo::new(tcp), request).await,
+        };
+        match tokio::time::timeout(crate::TIMEOUT, exchange).await {
+            Ok(response) => response,
+            Err(_) => Err(CliError::new(
+                ErrorKind::Connection,
+                format!("{}: no answer within {} s", what(), crate::TIMEOUT.as_secs()),
+            )),
         }
-        .map_err(|e| CliError::new(ErrorKind::Connection, what()).with_source(e))?;
-        Ok(response)
     }
 }
 

@@ -52,6 +52,23 @@ pub async fn run(command: Command) -> ExitCode {
     }
 }
 
+/// How long one network step (a connection, a request and its answer) may take before the
+/// command gives up with an error saying so.
+pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `future`, or a [`ErrorKind::Connection`] error naming `what()` after [`TIMEOUT`].
+pub(crate) async fn timed<T>(
+    future: impl std::future::Future<Output = T>,
+    what: impl FnOnce() -> String,
+) -> Result<T> {
+    tokio::time::timeout(TIMEOUT, future).await.map_err(|_| {
+        CliError::new(
+            ErrorKind::Connection,
+            format!("{}: no answer within {} s", what(), TIMEOUT.as_secs()),
+        )
+    })
+}
+
 /// What a command works against: the endpoints, TLS and the output format.
 #[derive(Debug, Clone)]
 pub struct Target {

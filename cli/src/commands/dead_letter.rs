@@ -10,7 +10,7 @@ use serde_json::{json, Value as Json};
 use crate::amqp::{describe, AmqpMessage, ReceiveMode};
 use crate::args::{DeadLetterAction, Settle, SubQueue};
 use crate::commands::messages::{peek_messages, receive_deliveries, settle, sub_queue_path};
-use crate::error::{CliError, Context, ErrorKind, Result};
+use crate::error::{CliError, Result};
 use crate::message::{self, MessageView};
 use crate::output;
 use crate::Target;
@@ -78,11 +78,7 @@ async fn resubmit(
             }
             for delivery in &deliveries {
                 let (copy, id) = send(delivery.message().clone());
-                match sender
-                    .send(copy)
-                    .await
-                    .context(ErrorKind::Connection, || format!("sending to `{destination}`"))?
-                {
+                match crate::amqp::send(&mut sender, copy, &destination).await? {
                     Outcome::Accepted(_) => {
                         settle(&receiver, delivery, Settle::Complete, None, None).await?;
                         ids.push(id);
@@ -98,11 +94,7 @@ async fn resubmit(
     } else {
         for message in peek_messages(&mut client, &source, 0, count, None).await? {
             let (copy, id) = send(message);
-            match sender
-                .send(copy)
-                .await
-                .context(ErrorKind::Connection, || format!("sending to `{destination}`"))?
-            {
+            match crate::amqp::send(&mut sender, copy, &destination).await? {
                 Outcome::Accepted(_) => ids.push(id),
                 other => return Err(refused(&destination, other)),
             }

@@ -115,10 +115,7 @@ pub(crate) async fn send(target: &Target, args: &Send) -> Result<()> {
         for n in 0..args.repeat {
             let message = outgoing.message();
             let view = MessageView::new(&message);
-            let outcome = sender
-                .send(message)
-                .await
-                .context(ErrorKind::Connection, || format!("sending to `{}`", args.entity))?;
+            let outcome = crate::amqp::send(&mut sender, message, &args.entity).await?;
             match outcome {
                 Outcome::Accepted(_) => ids.push(view.json["message_id"].clone()),
                 Outcome::Rejected(r) => {
