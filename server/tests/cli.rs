@@ -648,3 +648,46 @@ fn received_messages_can_be_abandoned_deferred_or_received_and_deleted() {
     let left = server.json(&["peek", "orders"], "messages.json");
     assert_eq!(left["messages"].as_array().unwrap().len(), 1, "the deferred message stays: {left}");
 }
+
+/// On a terminal (`script` from util-linux gives the CLI one) purge asks first, and deletes
+/// only after a yes, showing its progress.
+#[test]
+fn purge_on_a_terminal_asks_and_shows_progress() {
+    let server = server();
+    server.ok(&["queue", "create", "orders"]);
+    server.ok(&["send", "orders", "x", "--repeat", "3"]);
+    let on_terminal = |answer: &str| {
+        let command = format!(
+            "{} purge orders --http-endpoint {}",
+            env!("CARGO_BIN_EXE_ironbus"),
+            server.http
+        );
+        let mut child = Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .env("SERVICEBUS_CONNECTION_STRING", &server.connection_string)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("script (util-linux) runs");
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        stdin.write_all(answer.as_bytes()).unwrap();
+        drop(stdin);
+        let output = child.wait_with_output().unwrap();
+        (output.status.success(), String::from_utf8_lossy(&output.stdout).into_owned())
+    };
+    let (ok, seen) = on_terminal("n\n");
+    assert!(!ok && seen.contains("delete every message of `orders`? [y/N]"), "{seen}");
+    assert!(seen.contains("not confirmed; nothing was deleted"), "{seen}");
+    assert_eq!(
+        server.json(&["peek", "orders"], "messages.json")["messages"].as_array().unwrap().len(),
+        3
+    );
+    let (ok, seen) = on_terminal("y\n");
+    assert!(ok && seen.contains("deleted 3 messages") && seen.contains("purged orders"), "{seen}");
+    assert_eq!(
+        server.json(&["peek", "orders"], "messages.json")["messages"],
+        serde_json::json!([])
+    );
+}

@@ -285,6 +285,19 @@ pub(crate) async fn import(target: &Target, args: &Import) -> Result<()> {
     let namespace = config.pointer("/UserConfig/Namespaces/0").ok_or_else(|| {
         CliError::usage(format!("{}: no UserConfig.Namespaces[0]", args.file.display()))
     })?;
+    let namespaces =
+        config.pointer("/UserConfig/Namespaces").and_then(Json::as_array).map_or(0, Vec::len);
+    if namespaces > 1 {
+        output::note(&format!(
+            "note: importing the file's first namespace only; {} more are left out (import each into its own namespace)",
+            namespaces - 1
+        ));
+    }
+    if namespace.get("Policies").is_some() {
+        output::note(
+            "note: Policies are not imported: a namespace's keys are the server's (--policy)",
+        );
+    }
     let management = target.management();
     let mut steps = Vec::new();
     let mut entities = Vec::new();
