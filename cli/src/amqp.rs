@@ -6,9 +6,10 @@ use std::collections::HashSet;
 
 use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::link::receiver::CreditMode;
+use fe2o3_amqp::link::{ReceiverAttachError, SenderAttachError};
 use fe2o3_amqp::sasl_profile::SaslProfile;
 use fe2o3_amqp::session::SessionHandle;
-use fe2o3_amqp::types::definitions::{ReceiverSettleMode, SenderSettleMode};
+use fe2o3_amqp::types::definitions::{self, ReceiverSettleMode, SenderSettleMode};
 use fe2o3_amqp::types::messaging::{
     ApplicationProperties, Body, Message, Outcome, Properties, Source,
 };
@@ -138,14 +139,15 @@ impl AmqpClient {
             .target(node)
             .sender_settle_mode(SenderSettleMode::Unsettled)
             .attach(&mut self.session);
-        let sender = crate::timed(attaching, what).await?.context(ErrorKind::Refused, what)?;
+        let sender = crate::timed(attaching, what).await?.map_err(|e| sender_refused(e, what()))?;
         let what = || format!("attaching a receiver to `{node}`");
         let attaching = Receiver::builder()
             .name(format!("{name}:receiver"))
             .source(node)
             .target(reply_to.clone())
             .attach(&mut self.session);
-        let receiver = crate::timed(attaching, what).await?.context(ErrorKind::Refused, what)?;
+        let receiver =
+            crate::timed(attaching, what).await?.map_err(|e| receiver_refused(e, what()))?;
         Ok(RequestLinks { sender, receiver, reply_to })
     }
 
@@ -159,7 +161,7 @@ impl AmqpClient {
             .target(path)
             .sender_settle_mode(SenderSettleMode::Unsettled)
             .attach(&mut self.session);
-        crate::timed(attaching, what).await?.context(ErrorKind::Refused, what)
+        crate::timed(attaching, what).await?.map_err(|e| sender_refused(e, what()))
     }
 
     /// A receiver of the (sub-)queue at `path`, with manual credit; with `session`, that
@@ -192,7 +194,7 @@ impl AmqpClient {
             .receiver_settle_mode(ReceiverSettleMode::First)
             .credit_mode(CreditMode::Manual)
             .attach(&mut self.session);
-        crate::timed(attaching, what).await?.context(ErrorKind::Refused, what)
+        crate::timed(attaching, what).await?.map_err(|e| receiver_refused(e, what()))
     }
 
     /// The `$management` node of the (sub-)queue at `path`.
@@ -315,11 +317,45 @@ pub async fn send(sender: &mut Sender, message: AmqpMessage, entity: &str) -> Re
     crate::timed(sender.send(message), what).await?.context(ErrorKind::Connection, what)
 }
 
+/// A refused sender attach as an error: the broker's condition and description when it gave
+/// them, else fe2o3's error as the source.
+fn sender_refused(error: SenderAttachError, what: String) -> CliError {
+    match error {
+        SenderAttachError::RemoteClosedWithError(e) => remote(&e, what),
+        other => CliError::new(ErrorKind::Connection, what).with_source(other),
+    }
+}
+
+/// [`sender_refused`] for receivers.
+fn receiver_refused(error: ReceiverAttachError, what: String) -> CliError {
+    match error {
+        ReceiverAttachError::RemoteClosedWithError(e) => remote(&e, what),
+        other => CliError::new(ErrorKind::Connection, what).with_source(other),
+    }
+}
+
+/// The broker's error `e` about `what`.
+fn remote(e: &definitions::Error, what: String) -> CliError {
+    let kind = match condition(&e.condition).as_str() {
+        "amqp:not-found" => ErrorKind::NotFound,
+        _ => ErrorKind::Refused,
+    };
+    CliError::new(kind, format!("{what}: {}", describe(Some(e))))
+}
+
+/// A condition as its symbol (`amqp:not-found`, `com.microsoft:session-cannot-be-locked`).
+fn condition(condition: &definitions::ErrorCondition) -> String {
+    match serde_amqp::to_value(condition) {
+        Ok(Value::Symbol(symbol)) => symbol.as_str().to_owned(),
+        _ => format!("{condition:?}"),
+    }
+}
+
 /// An error's condition and description, for messages.
-pub fn describe(error: Option<&fe2o3_amqp::types::definitions::Error>) -> String {
+pub fn describe(error: Option<&definitions::Error>) -> String {
     match error {
         Some(e) => {
-            let condition = format!("{:?}", e.condition);
+            let condition = condition(&e.condition);
             match &e.description {
                 Some(d) => format!("{condition}: {d}"),
                 None => condition,

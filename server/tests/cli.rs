@@ -470,7 +470,9 @@ fn sessions_are_listed_and_their_state_is_set_shown_and_cleared() {
     let received = server.json(&["receive", "sq", "--session", "s1"], "messages.json");
     assert_eq!(received["messages"][0]["session_id"], "s1");
     let error = server.fails(&["send", "sq", "no session"]);
-    assert!(error.contains("sending message 1 to `sq`"), "{error}");
+    assert!(error.contains("sending message 1 to `sq`: amqp:not-allowed: "), "{error}");
+    let error = server.fails(&["receive", "sq"]);
+    assert!(error.starts_with("error: opening a receiver on `sq`: amqp:not-allowed: "), "{error}");
 }
 
 #[test]
