@@ -33,6 +33,17 @@ pub enum ReceiveMode {
     ReceiveAndDelete,
 }
 
+/// Which session a receiver takes messages of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionFilter<'a> {
+    /// None: the entity does not require sessions.
+    None,
+    /// The session with this id.
+    Named(&'a str),
+    /// The next session with messages that no one holds (the broker picks it).
+    Next,
+}
+
 /// A connection and session to a namespace, authorized entity by entity.
 #[derive(Debug)]
 pub struct AmqpClient {
@@ -164,22 +175,25 @@ impl AmqpClient {
         crate::timed(attaching, what).await?.map_err(|e| sender_refused(e, what()))
     }
 
-    /// A receiver of the (sub-)queue at `path`, with manual credit; with `session`, that
-    /// session's messages (a session-enabled entity).
+    /// A receiver of the (sub-)queue at `path`, with manual credit; of a session-enabled
+    /// entity, the messages of the session `session` names.
     pub async fn receiver(
         &mut self,
         path: &str,
         mode: ReceiveMode,
-        session: Option<&str>,
+        session: SessionFilter<'_>,
     ) -> Result<Receiver> {
         self.authorize(path).await?;
         let name = self.link_name("receiver");
         let mut source = Source::builder().address(path.to_owned());
-        if let Some(id) = session {
-            source = source.add_to_filter_using_legacy_format(
-                "com.microsoft:session-filter",
-                Value::String(id.to_owned()),
-            );
+        let filter = match session {
+            SessionFilter::None => None,
+            SessionFilter::Named(id) => Some(Value::String(id.to_owned())),
+            SessionFilter::Next => Some(Value::Null),
+        };
+        if let Some(value) = filter {
+            source =
+                source.add_to_filter_using_legacy_format("com.microsoft:session-filter", value);
         }
         let settle = match mode {
             ReceiveMode::PeekLock => SenderSettleMode::Unsettled,

@@ -500,6 +500,10 @@ pub struct Receive {
     /// Receive from this session (session-enabled entities).
     #[arg(long, value_name = "ID")]
     pub session: Option<String>,
+    /// Receive from the next session that has messages and no receiver (session-enabled
+    /// entities; the broker picks it).
+    #[arg(long, conflicts_with = "session")]
+    pub next_session: bool,
     /// Print bodies in full (the table shows the first 60 characters).
     #[arg(long)]
     pub full: bool,

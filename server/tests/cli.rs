@@ -469,6 +469,13 @@ fn sessions_are_listed_and_their_state_is_set_shown_and_cleared() {
     assert_eq!(peeked["messages"].as_array().unwrap().len(), 2);
     let received = server.json(&["receive", "sq", "--session", "s1"], "messages.json");
     assert_eq!(received["messages"][0]["session_id"], "s1");
+    let next = server.json(
+        &["receive", "sq", "--next-session", "--count", "5", "--timeout", "1"],
+        "messages.json",
+    );
+    let bodies: Vec<&str> =
+        next["messages"].as_array().unwrap().iter().filter_map(|m| m["body"].as_str()).collect();
+    assert_eq!(bodies, ["b", "b"], "the one session with messages left: {next}");
     let error = server.fails(&["send", "sq", "no session"]);
     assert!(error.contains("sending message 1 to `sq`: amqp:not-allowed: "), "{error}");
     let error = server.fails(&["receive", "sq"]);

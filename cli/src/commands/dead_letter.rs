@@ -7,7 +7,7 @@ use std::time::Duration;
 use fe2o3_amqp::types::messaging::Outcome;
 use serde_json::{json, Value as Json};
 
-use crate::amqp::{describe, AmqpMessage, ReceiveMode};
+use crate::amqp::{describe, AmqpMessage, ReceiveMode, SessionFilter};
 use crate::args::{DeadLetterAction, Settle, SubQueue};
 use crate::commands::messages::{peek_messages, receive_deliveries, settle, sub_queue_path};
 use crate::error::{CliError, Result};
@@ -69,7 +69,8 @@ async fn resubmit(
         (copy, id)
     };
     if remove {
-        let mut receiver = client.receiver(&source, ReceiveMode::PeekLock, None).await?;
+        let mut receiver =
+            client.receiver(&source, ReceiveMode::PeekLock, SessionFilter::None).await?;
         while (ids.len() as u32) < count {
             let want = (count - ids.len() as u32).min(100);
             let deliveries = receive_deliveries(&mut receiver, &source, want, RECEIVE_WAIT).await?;

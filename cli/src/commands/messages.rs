@@ -10,7 +10,9 @@ use fe2o3_amqp::types::primitives::{Binary, OrderedMap, Value};
 use fe2o3_amqp::Receiver;
 use serde_json::{json, Value as Json};
 
-use crate::amqp::{describe, map_get, value_integer, AmqpClient, AmqpMessage, ReceiveMode};
+use crate::amqp::{
+    describe, map_get, value_integer, AmqpClient, AmqpMessage, ReceiveMode, SessionFilter,
+};
 use crate::args::{CancelScheduled, Peek, Receive, Send, Settle, SubQueue};
 use crate::error::{CliError, Context, ErrorKind, Result};
 use crate::message::{self, MessageView, Outgoing};
@@ -313,7 +315,12 @@ pub(crate) async fn receive(target: &Target, args: &Receive) -> Result<()> {
     let path = sub_queue_path(&args.entity, args.sub_queue);
     let mode = if args.delete { ReceiveMode::ReceiveAndDelete } else { ReceiveMode::PeekLock };
     let mut client = target.amqp().await?;
-    let mut receiver = client.receiver(&path, mode, args.session.as_deref()).await?;
+    let session = match (&args.session, args.next_session) {
+        (Some(id), _) => SessionFilter::Named(id),
+        (None, true) => SessionFilter::Next,
+        (None, false) => SessionFilter::None,
+    };
+    let mut receiver = client.receiver(&path, mode, session).await?;
     let deliveries =
         receive_deliveries(&mut receiver, &path, args.count, Duration::from_secs(args.timeout))
             .await?;

@@ -8,7 +8,7 @@ use base64::Engine;
 use fe2o3_amqp::types::primitives::{Binary, Timestamp, Value};
 use serde_json::{json, Value as Json};
 
-use crate::amqp::{map_get, AmqpClient, ReceiveMode};
+use crate::amqp::{map_get, AmqpClient, ReceiveMode, SessionFilter};
 use crate::args::SessionAction;
 use crate::commands::messages::peek_messages;
 use crate::error::{CliError, Context, ErrorKind, Result};
@@ -93,7 +93,7 @@ fn string(value: &Value) -> Option<String> {
 
 /// Accepts session `id` of `entity` on `client` (locks it) and answers the receiver to close.
 async fn accept(client: &mut AmqpClient, entity: &str, id: &str) -> Result<fe2o3_amqp::Receiver> {
-    client.receiver(entity, ReceiveMode::PeekLock, Some(id)).await.map_err(|e| {
+    client.receiver(entity, ReceiveMode::PeekLock, SessionFilter::Named(id)).await.map_err(|e| {
         CliError::new(
             e.kind(),
             format!("accepting session `{id}` of `{entity}` (is another receiver holding it?)"),
