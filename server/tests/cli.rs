@@ -435,7 +435,8 @@ fn import_is_idempotent_and_export_gives_a_config_the_server_loads() {
 
     // The export, into a fresh server by import, and as its --config.
     let file = dir.join("export.json");
-    server.ok(&["export", "--file", file.to_str().unwrap()]);
+    let summary = server.json(&["export", "--file", file.to_str().unwrap()], "exported.json");
+    assert_eq!((summary["queues"].as_u64(), summary["topics"].as_u64()), (Some(3), Some(1)));
     let fresh = server_with(&["--config", file.to_str().unwrap()]);
     let again = fresh.json(&["import", file.to_str().unwrap()], "import.json");
     for step in again["steps"].as_array().unwrap() {
