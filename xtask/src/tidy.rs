@@ -52,6 +52,8 @@ const ARROWS: &[(&str, &[&str])] = &[
     (LINK, &[]),
     // Ownership across nodes: the core's `Store` trait and fence, never a concrete store.
     ("ironbus-cluster", &[CORE]),
+    // The operators' command line is a client of any namespace: it knows no broker code.
+    ("ironbus-cli", &[]),
 ];
 
 const DOCS: &[&str] = &["README.md", "ARCHITECTURE.md"];
