@@ -30,7 +30,7 @@ function h(tag, attrs, ...children) {
     else if (v === true) el.setAttribute(k, '');
     else el.setAttribute(k, String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -402,7 +402,7 @@ function drawHead(head, e) {
   head.replaceChildren(
     h('h1', { id: 'entity-name' }, e.path),
     h('p', { class: 'muted' }, `${e.kind} · `, h('span', { class: 'badge' }, e.status),
-      e.requiresSession ? ' · sessions' : '', e.partitions ? ` · ${e.partitions} partitions` : '',
+      e.requiresSession ? ' · sessions' : '', e.partitions > 1 ? ` · ${e.partitions} partitions` : '',
       ' · ', h('span', { class: `badge ${limited ? 'bad' : 'ok'}` }, limited ? `limited: partitions ${(e.unavailablePartitions || []).join(', ')} unavailable` : 'available')),
     h('div', { class: 'cards' },
       card('Active', c.active, 'count-active'), card('Dead letters', c.deadLetter, 'count-deadletter'),
@@ -682,6 +682,8 @@ function rulesView(panel, e) {
     h('label', { for: 'rule-sql' }, 'SQL filter expression'), sql, sqlError,
     h('label', { for: 'rule-action' }, 'SQL action'), action, actionError, error,
     h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'primary' }, 'Save rule')));
+  // Writing an expression makes the filter a SQL filter.
+  sql.addEventListener('input', () => { type.value = 'sql'; sql.removeAttribute('aria-invalid'); });
   const edit = (r) => {
     name.value = r.name;
     type.value = r.filter.type === 'correlation' ? 'sql' : r.filter.type;

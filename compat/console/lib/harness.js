@@ -54,7 +54,7 @@ export async function startServer(extra = []) {
     '--https-addr', 'off',
     '--sas-key', ROOT_KEY,
     '--policy', `reader:${READER_KEY}:Listen`,
-    '--max-entities', '2000',
+    ...(extra.includes('--max-entities') ? [] : ['--max-entities', '2000']),
     ...extra,
   ];
   const child = spawn(serverBinary(), args, { stdio: ['ignore', log, log] });
@@ -116,4 +116,35 @@ export async function pageApi(page, method, apiPath, body) {
 export function screenshotPath(name) {
   mkdirSync(screenshots, { recursive: true });
   return path.join(screenshots, name);
+}
+
+/**
+ * Waits until `fn` (run in the page) returns something truthy. The console's CSP forbids
+ * eval, which Playwright's waitForFunction needs; evaluate does not.
+ */
+export async function until(page, fn, arg, timeoutMs = 10_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await page.evaluate(fn, arg);
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${fn.toString().slice(0, 200)}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/**
+ * While developing the page: with CONSOLE_ASSETS_FROM_SOURCE=1 the context is served the
+ * page's files from transport-http/console/ (with the server's headers), so that a change
+ * needs no rebuild of the server. Off in the tests' own runs.
+ */
+export async function serveAssetsFromSource(context) {
+  if (!process.env.CONSOLE_ASSETS_FROM_SOURCE) return;
+  const { readFile } = await import('node:fs/promises');
+  const dir = path.join(root, 'transport-http', 'console');
+  const files = { '/$console/': 'index.html', '/$console/app.js': 'app.js', '/$console/style.css': 'style.css' };
+  await context.route((url) => Object.hasOwn(files, url.pathname), async (route) => {
+    const response = await route.fetch();
+    const body = await readFile(path.join(dir, files[new URL(route.request().url()).pathname]));
+    await route.fulfill({ response, body });
+  });
 }

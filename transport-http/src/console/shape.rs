@@ -203,8 +203,11 @@ pub(super) fn apply_properties(
     Ok(updated)
 }
 
+/// The last instant Service Bus writes (9999-12-31T23:59:59Z): later is "never".
+const NEVER_MS: i64 = 253_402_300_799_000;
+
 fn time(t: Timestamp) -> Value {
-    if t == Timestamp::MAX {
+    if t.as_millis() >= NEVER_MS {
         Value::Null
     } else {
         json!(iso8601(t))
