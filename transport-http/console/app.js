@@ -477,7 +477,7 @@ function messageList(panel, e, queue, refresh) {
       h('td', { class: 'num hide-narrow' }, bytes(m.bodySize))));
     const table = h('table', { id: `messages-${queue}` },
       h('colgroup', {}, dead && can('Manage') ? h('col', { class: 'c-check' }) : null, h('col', { class: 'c-seq' }), h('col', {}), h('col', { class: 'hide-narrow' }), h('col', { class: 'c-n hide-narrow' })),
-      h('thead', {}, h('tr', {}, dead && can('Manage') ? h('th', { scope: 'col' }, h('span', { class: 'skip' }, 'Select')) : null,
+      h('thead', {}, h('tr', {}, dead && can('Manage') ? h('th', { scope: 'col' }, h('span', { class: 'sr-only' }, 'Select')) : null,
         h('th', { scope: 'col', class: 'num' }, 'Seq'), h('th', { scope: 'col' }, 'Message id'),
         h('th', { scope: 'col', class: 'hide-narrow' }, dead ? 'Reason' : 'Subject'), h('th', { scope: 'col', class: 'num hide-narrow' }, 'Size'))),
       h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 5, class: 'muted' }, 'No messages.'))));
@@ -628,7 +628,7 @@ function scheduledView(panel, e, refresh) {
     try {
       const data = await api('GET', `scheduled?${q({ path: e.path })}`);
       list.replaceChildren(h('table', { id: 'scheduled' },
-        h('thead', {}, h('tr', {}, h('th', { class: 'num' }, 'Seq'), h('th', {}, 'Enqueues at'), h('th', { class: 'hide-narrow' }, 'Message id'), h('th', {}, h('span', { class: 'skip' }, 'Actions')))),
+        h('thead', {}, h('tr', {}, h('th', { class: 'num' }, 'Seq'), h('th', {}, 'Enqueues at'), h('th', { class: 'hide-narrow' }, 'Message id'), h('th', {}, h('span', { class: 'sr-only' }, 'Actions')))),
         h('tbody', {}, data.messages.length ? data.messages.map((m) => h('tr', {},
           h('td', { class: 'num' }, m.sequenceNumber), h('td', {}, m.properties.scheduledEnqueueTime),
           h('td', { class: 'ellipsis hide-narrow' }, m.properties.messageId || '–'),
@@ -696,7 +696,7 @@ function rulesView(panel, e) {
       const data = await api('GET', `rules?${q({ path: e.path })}`);
       list.replaceChildren(h('div', { class: 'table-wrap' }, h('table', { id: 'rules' },
         h('colgroup', {}, h('col', { style: null }), h('col', {}), h('col', { class: 'hide-narrow' }), h('col', { class: 'c-time' })),
-        h('thead', {}, h('tr', {}, h('th', {}, 'Name'), h('th', {}, 'Filter'), h('th', { class: 'hide-narrow' }, 'Action'), h('th', {}, h('span', { class: 'skip' }, 'Actions')))),
+        h('thead', {}, h('tr', {}, h('th', {}, 'Name'), h('th', {}, 'Filter'), h('th', { class: 'hide-narrow' }, 'Action'), h('th', {}, h('span', { class: 'sr-only' }, 'Actions')))),
         h('tbody', {}, data.rules.map((r) => h('tr', { 'data-rule': r.name },
           h('td', { class: 'ellipsis', title: r.name }, r.name),
           h('td', { class: 'mono ellipsis', title: ruleText(r.filter) }, ruleText(r.filter)),

@@ -4,14 +4,14 @@
 //! - The page (`transport-http/console/`: one HTML file, one script, one style sheet) is built
 //!   into the binary and loads nothing else; its Content-Security-Policy allows only itself.
 //! - The JSON API under `/$console/api/` calls the broker directly. A person signs in with a
-//!   namespace policy's name and key ([`session`]); every API request then needs the session's
+//!   namespace policy's name and key (`session`); every API request then needs the session's
 //!   cookie and is allowed only what that policy's rights allow (Listen: read counts, peek,
 //!   sessions, rules; Send: send, cancel scheduled; Manage: create, edit, delete, purge,
 //!   resubmit). Every write (POST, PUT, DELETE) needs the session's CSRF token in the
 //!   `X-Ironbus-Csrf` header and a same-origin `Origin` (or `Sec-Fetch-Site`); otherwise it is
 //!   403 with a JSON error.
-//! - [`api`]: sign-in, entities and their properties; [`messages`]: peek, send, purge,
-//!   resubmit, scheduled messages; [`rules`]: rules and sessions; [`shape`]: the JSON shapes.
+//! - `api`: sign-in, entities and their properties; `messages`: peek, send, purge, resubmit,
+//!   scheduled messages; `rules`: rules and sessions; `shape`: the JSON shapes.
 //!
 //! **Architecture Invariant:** the console serves people, never the message path: its
 //! handlers run only for `/$console` requests, outside the SAS check and the request metrics,

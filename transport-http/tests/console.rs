@@ -491,6 +491,12 @@ async fn scheduled_messages_are_listed_cancelled_and_purged() {
         .await;
     assert_eq!(purged.body["deleted"], 2, "{}", purged.body);
     assert_eq!(server.broker.get_queue_runtime("orders").await.unwrap().scheduled_message_count, 0);
+    // A topic's scheduled messages wait in the topic.
+    let form = json!({ "body": "later", "scheduledEnqueueTime": "2027-01-01T00:00:00Z" });
+    let sent = client.write("POST", "/$console/api/messages?path=events", form).await;
+    assert_eq!(sent.status, 201, "{}", sent.body);
+    let listed = client.get("/$console/api/scheduled?path=events").await;
+    assert_eq!(listed.body["messages"].as_array().map(Vec::len), Some(1), "{}", listed.body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
