@@ -407,7 +407,20 @@ function drawHead(head, e) {
     h('div', { class: 'cards' },
       card('Active', c.active, 'count-active'), card('Dead letters', c.deadLetter, 'count-deadletter'),
       card('Scheduled', c.scheduled, 'count-scheduled'), card('Deferred', c.deferred, 'count-deferred'),
-      card('Transfer', c.transfer, 'count-transfer'), card('Size', null, 'count-size', bytes(e.sizeBytes))));
+      card('Transfer', c.transfer, 'count-transfer'), card('Size', null, 'count-size', bytes(e.sizeBytes))),
+    e.partitionRuntimes ? partitionTable(e.partitionRuntimes) : null);
+}
+
+function partitionTable(rows) {
+  return h('details', { class: 'panel', id: 'partitions' }, h('summary', {}, `Partitions (${rows.filter((p) => p.available).length} of ${rows.length} available)`),
+    h('div', { class: 'table-wrap' }, h('table', {},
+      h('thead', {}, h('tr', {}, h('th', { class: 'num' }, 'Partition'), h('th', {}, 'Status'), h('th', { class: 'num' }, 'Active'),
+        h('th', { class: 'num' }, 'Dead'), h('th', { class: 'num hide-narrow' }, 'Sched.'), h('th', { class: 'num hide-narrow' }, 'Size'))),
+      h('tbody', {}, rows.map((p) => h('tr', { 'data-partition': p.partition },
+        h('td', { class: 'num' }, p.partition),
+        h('td', {}, h('span', { class: `badge ${p.available ? 'ok' : 'bad'}` }, p.available ? 'available' : 'unavailable')),
+        h('td', { class: 'num' }, fmt(p.active)), h('td', { class: 'num' }, fmt(p.deadLetter)),
+        h('td', { class: 'num hide-narrow' }, fmt(p.scheduled)), h('td', { class: 'num hide-narrow' }, bytes(p.sizeBytes))))))));
 }
 
 function card(label, n, id, text) {

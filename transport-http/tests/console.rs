@@ -355,6 +355,16 @@ async fn entities_are_listed_with_counts_and_edited() {
         .await;
     assert_eq!(fixed.status, 400);
     assert!(fixed.body["error"].as_str().unwrap().starts_with("requiresSession"));
+    // A partitioned queue: its counts per partition.
+    let body = json!({ "kind": "queue", "path": "wide", "enablePartitioning": true });
+    assert_eq!(client.write("POST", "/$console/api/entities", body).await.status, 201);
+    server.broker.send("wide", vec![Message::new("1")]).await.unwrap();
+    let wide = client.get("/$console/api/entity?path=wide").await;
+    let partitions = wide.body["partitionRuntimes"].as_array().unwrap();
+    assert_eq!(partitions.len(), 16);
+    assert!(partitions.iter().all(|p| p["available"] == true));
+    assert_eq!(partitions.iter().map(|p| p["active"].as_u64().unwrap()).sum::<u64>(), 1);
+    assert!(entity.body.get("partitionRuntimes").is_none());
     let topic = client.get("/$console/api/entity?path=events").await;
     assert_eq!(topic.body["subscriptions"][0]["path"], "events/Subscriptions/all");
     let deleted =

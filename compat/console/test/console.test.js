@@ -148,6 +148,32 @@ test('edit a rule: a bad SQL filter is refused where it is', async () => {
   await page.waitForSelector('#rules tr[data-rule="$Default"]:has-text("region = \'eu\'")');
 });
 
+test('scheduled messages are cancelled; sessions show their state; partitions their counts', async () => {
+  await page.goto(`${server.console}#/entity/queue-002?tab=send`);
+  await page.fill('#send-body', 'later');
+  await page.fill('#send-scheduled', '2030-01-01T00:00:00Z');
+  await page.click('#send-form button[type=submit]');
+  await page.waitForSelector('#toast div:has-text("Sent 1 message")');
+  await page.click('#tab-scheduled');
+  await page.waitForSelector('#scheduled tbody tr:has-text("2030-01-01T00:00:00")');
+  await page.click('#scheduled button:has-text("Cancel")');
+  await page.waitForSelector('#scheduled td:has-text("No scheduled messages.")');
+
+  const created = await pageApi(page, 'POST', 'entities', { kind: 'queue', path: 'carts', requiresSession: true });
+  assert.equal(created.status, 201);
+  const sent = await pageApi(page, 'POST', 'messages?path=carts', { body: 'item', sessionId: 'cart-7' });
+  assert.equal(sent.status, 201);
+  await page.goto(`${server.console}#/entity/carts?tab=sessions`);
+  await page.waitForSelector('#sessions tbody tr:has-text("cart-7")');
+
+  const wide = await pageApi(page, 'POST', 'entities', { kind: 'queue', path: 'wide', enablePartitioning: true });
+  assert.equal(wide.status, 201);
+  await page.goto(`${server.console}#/entity/wide`);
+  await page.waitForSelector('#partitions summary:has-text("16 of 16 available")');
+  await page.click('#partitions summary');
+  assert.equal(await page.locator('#partitions tbody tr').count(), 16);
+});
+
 test('a Listen-only sign-in cannot send or purge', async () => {
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   await serveAssetsFromSource(context);

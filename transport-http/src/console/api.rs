@@ -123,7 +123,8 @@ async fn entity_row(call: &Call, info: &EntityInfo) -> Value {
     row
 }
 
-/// One entity: its properties, counts, and (a topic's) subscriptions.
+/// One entity: its properties, counts (and a partitioned one's per partition), and (a
+/// topic's) subscriptions.
 pub(super) async fn get(call: &Call) -> ApiResult {
     call.require(Right::Listen)?;
     let path = call.path()?;
@@ -133,6 +134,27 @@ pub(super) async fn get(call: &Call) -> ApiResult {
     body["properties"] = shape::properties(&info.description);
     body["createdAt"] = json!(crate::timefmt::iso8601(info.created_at));
     body["updatedAt"] = json!(crate::timefmt::iso8601(info.updated_at));
+    // A partitioned entity's partitions, each with its counts or as unavailable.
+    let partitions = broker.get_partition_runtimes(path.as_str()).await.unwrap_or_default();
+    if partitions.len() > 1 {
+        let rows: Vec<Value> = partitions
+            .iter()
+            .map(|p| match &p.counts {
+                Some(c) => json!({
+                    "partition": p.partition.0,
+                    "available": true,
+                    "active": c.active_message_count,
+                    "deadLetter": c.dead_letter_message_count,
+                    "scheduled": c.scheduled_message_count,
+                    "deferred": c.deferred_message_count,
+                    "transfer": c.transfer_message_count,
+                    "sizeBytes": c.size_in_bytes,
+                }),
+                None => json!({ "partition": p.partition.0, "available": false }),
+            })
+            .collect();
+        body["partitionRuntimes"] = json!(rows);
+    }
     if info.kind() == EntityKind::Topic {
         let subs = broker.list_children(&path, 0, usize::MAX).await.map_err(ApiError::broker)?;
         let rows = join_all(subs.iter().map(|s| entity_row(call, s))).await;
