@@ -399,7 +399,7 @@ async function renderEntity(main, path, current) {
 function drawHead(head, e) {
   const c = e.counts || {};
   const limited = e.availability !== 'Available';
-  head.replaceChildren(
+  head.replaceChildren(...[
     h('h1', { id: 'entity-name' }, e.path),
     h('p', { class: 'muted' }, `${e.kind} · `, h('span', { class: 'badge' }, e.status),
       e.requiresSession ? ' · sessions' : '', e.partitions > 1 ? ` · ${e.partitions} partitions` : '',
@@ -408,7 +408,7 @@ function drawHead(head, e) {
       card('Active', c.active, 'count-active'), card('Dead letters', c.deadLetter, 'count-deadletter'),
       card('Scheduled', c.scheduled, 'count-scheduled'), card('Deferred', c.deferred, 'count-deferred'),
       card('Transfer', c.transfer, 'count-transfer'), card('Size', null, 'count-size', bytes(e.sizeBytes))),
-    e.partitionRuntimes ? partitionTable(e.partitionRuntimes) : null);
+    e.partitionRuntimes ? partitionTable(e.partitionRuntimes) : null].filter(Boolean));
 }
 
 function partitionTable(rows) {

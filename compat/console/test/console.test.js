@@ -82,6 +82,7 @@ test('send, peek and see a message in detail', async () => {
   assert.match(detail, /order-created/);
   assert.match(await page.textContent('#app-props'), /region\s*eu \(string\)/);
   assert.match(await page.textContent('#body-view'), /"order": 42/);
+  assert.doesNotMatch(await page.textContent('main > div:first-of-type'), /null|undefined|NaN/);
   await page.screenshot({ path: screenshotPath('entity.png') });
   await page.click('#body-hex');
   assert.match(await page.textContent('#body-view'), /^00000000  7b 22 6f 72/);
