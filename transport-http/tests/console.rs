@@ -474,6 +474,41 @@ async fn dead_letters_are_resubmitted_and_purged() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_resubmitted_elsewhere_gets_a_fresh_id_where_duplicates_are_detected() {
+    let server = start().await;
+    let dedup =
+        QueueDescription { requires_duplicate_detection: true, ..QueueDescription::default() };
+    server.broker.create_queue("dedup", dedup).await.unwrap();
+    dead_letter(&server.broker, "orders", 1).await;
+    let client = server.sign_in("root", "root-key").await;
+    let dead = client.get("/$console/api/messages?path=orders&queue=deadletter").await;
+    let seq = dead.body["messages"][0]["sequenceNumber"].as_i64().unwrap();
+    let original_id = dead.body["messages"][0]["properties"]["messageId"].clone();
+    for _ in 0..2 {
+        let body = json!({ "sequenceNumbers": [seq], "target": "dedup" });
+        let copy = client.write("POST", "/$console/api/resubmit?path=orders", body).await;
+        assert_eq!(copy.status, 200, "{}", copy.body);
+        assert_eq!(copy.body["target"], "dedup");
+        assert_eq!(copy.body["freshMessageIds"], true);
+    }
+    // Both copies stored: each has a MessageId of its own, not the original's.
+    let copies = client.get("/$console/api/messages?path=dedup").await;
+    let copies = copies.body["messages"].as_array().unwrap();
+    assert_eq!(copies.len(), 2);
+    assert_ne!(copies[0]["properties"]["messageId"], copies[1]["properties"]["messageId"]);
+    assert_ne!(copies[0]["properties"]["messageId"], original_id);
+    assert_eq!(copies[0]["body"], dead.body["messages"][0]["body"]);
+    let missing = client
+        .write(
+            "POST",
+            "/$console/api/resubmit?path=orders",
+            json!({ "sequenceNumbers": [seq], "target": "nowhere" }),
+        )
+        .await;
+    assert_eq!(missing.status, 404, "{}", missing.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scheduled_messages_are_listed_cancelled_and_purged() {
     let server = start().await;
     let client = server.sign_in("root", "root-key").await;
