@@ -658,16 +658,42 @@ function scheduledView(panel, e, refresh) {
 
 async function sessionsView(panel, e) {
   const list = h('div', { class: 'table-wrap' });
-  panel.append(h('h2', {}, 'Sessions'), list);
-  try {
-    const data = await api('GET', `sessions?${q({ path: e.path })}`);
-    list.replaceChildren(h('table', { id: 'sessions' },
-      h('thead', {}, h('tr', {}, h('th', {}, 'Session id'), h('th', {}, 'State'))),
-      h('tbody', {}, data.sessions.length ? data.sessions.map((s) => h('tr', {},
-        h('td', { class: 'ellipsis', title: s.id }, s.id),
-        h('td', { class: 'mono ellipsis' }, s.stateSize === null ? '(none)' : (s.stateText !== null ? s.stateText : `${s.stateSize} bytes (binary)`))))
-        : h('tr', {}, h('td', { colspan: 2, class: 'muted' }, 'No sessions with messages or state.')))));
-  } catch (err) { list.replaceChildren(h('p', { class: 'error', role: 'alert' }, err.message)); }
+  const editor = h('div', {});
+  panel.append(h('h2', {}, 'Sessions'), list, editor);
+  const edit = (s) => {
+    const text = h('textarea', { id: 'session-state', spellcheck: 'false' }, s.stateText || '');
+    const error = h('p', { class: 'field-error', role: 'alert' });
+    const save = async (state) => {
+      try {
+        await api('PUT', `sessions?${q({ path: e.path, session: s.id })}`, { state });
+        toast(state === null ? `Cleared the state of ${s.id}` : `Saved the state of ${s.id}`);
+        editor.replaceChildren();
+        load();
+      } catch (err) { error.textContent = err.message; }
+    };
+    const form = h('form', { id: 'session-form' }, h('h3', {}, `State of session ${s.id}`),
+      h('label', { for: 'session-state' }, 'State (text)'), text, error,
+      h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'primary' }, 'Save state'),
+        h('button', { type: 'button', onclick: () => save(null) }, 'Clear state'),
+        h('button', { type: 'button', onclick: () => editor.replaceChildren() }, 'Cancel')));
+    form.addEventListener('submit', (ev) => { ev.preventDefault(); save(text.value); });
+    editor.replaceChildren(form);
+    text.focus();
+  };
+  async function load() {
+    try {
+      const data = await api('GET', `sessions?${q({ path: e.path })}`);
+      list.replaceChildren(h('table', { id: 'sessions' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Session id'), h('th', {}, 'State'), h('th', { class: 'c-n' }, h('span', { class: 'sr-only' }, 'Actions')))),
+        h('tbody', {}, data.sessions.length ? data.sessions.map((s) => h('tr', { 'data-session': s.id },
+          h('td', { class: 'ellipsis', title: s.id }, s.id),
+          h('td', { class: 'mono ellipsis' }, s.stateSize === null ? '(none)' : (s.stateText !== null ? s.stateText : `${s.stateSize} bytes (binary)`)),
+          h('td', {}, can('Manage') && (s.stateSize === null || s.stateText !== null)
+            ? h('button', { type: 'button', class: 'link', 'aria-label': `Edit the state of session ${s.id}`, onclick: () => edit(s) }, 'Edit') : null)))
+          : h('tr', {}, h('td', { colspan: 3, class: 'muted' }, 'No sessions with messages or state.')))));
+    } catch (err) { list.replaceChildren(h('p', { class: 'error', role: 'alert' }, err.message)); }
+  }
+  load();
 }
 
 async function subscriptionsView(panel, e) {

@@ -7,7 +7,7 @@
 //!   namespace policy's name and key (`session`); every API request then needs the session's
 //!   cookie and is allowed only what that policy's rights allow (Listen: read counts, peek,
 //!   sessions, rules; Send: send, cancel scheduled; Manage: create, edit, delete, purge,
-//!   resubmit). Every write (POST, PUT, DELETE) needs the session's CSRF token in the
+//!   resubmit, set a session's state). Every write (POST, PUT, DELETE) needs the session's CSRF token in the
 //!   `X-Ironbus-Csrf` header and a same-origin `Origin` (or `Sec-Fetch-Site`); otherwise it is
 //!   403 with a JSON error.
 //! - `api`: sign-in, entities and their properties; `messages`: peek, send, purge, resubmit,
@@ -248,6 +248,7 @@ async fn handle(console: Console, parts: axum::http::request::Parts, body: Body)
         "scheduled" if m == Method::GET => messages::scheduled(&call).await,
         "scheduled" if m == Method::DELETE => messages::cancel(&call, body).await,
         "sessions" if m == Method::GET => rules::sessions(&call).await,
+        "sessions" if m == Method::PUT => rules::set_state(&call, body).await,
         "rules" if m == Method::GET => rules::list(&call).await,
         "rules" if m == Method::PUT => rules::put(&call, body).await,
         "rules" if m == Method::DELETE => rules::delete(&call).await,

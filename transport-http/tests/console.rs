@@ -602,4 +602,17 @@ async fn sessions_are_listed_with_their_state() {
     assert_eq!(sessions[1]["stateText"], "step 3");
     let peeked = client.get("/$console/api/messages?path=sessions&session=s-1").await;
     assert_eq!(peeked.body["messages"].as_array().unwrap().len(), 1, "{}", peeked.body);
+    // Setting a state needs Manage.
+    let set = "/$console/api/sessions?path=sessions&session=s-1";
+    assert_eq!(client.write("PUT", set, json!({ "state": "x" })).await.status, 403);
+    let root = server.sign_in("root", "root-key").await;
+    let reply = root.write("PUT", set, json!({ "state": "step 1" })).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let state = server.broker.session_state("sessions", "s-1").await.unwrap();
+    assert_eq!(state.as_deref(), Some(&b"step 1"[..]));
+    let cleared = root
+        .write("PUT", "/$console/api/sessions?path=sessions&session=s-2", json!({ "state": null }))
+        .await;
+    assert_eq!(cleared.status, 200);
+    assert_eq!(server.broker.session_state("sessions", "s-2").await.unwrap(), None);
 }

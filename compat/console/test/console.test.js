@@ -166,6 +166,10 @@ test('scheduled messages are cancelled; sessions show their state; partitions th
   assert.equal(sent.status, 201);
   await page.goto(`${server.console}#/entity/carts?tab=sessions`);
   await page.waitForSelector('#sessions tbody tr:has-text("cart-7")');
+  await page.click('#sessions tr[data-session="cart-7"] button:has-text("Edit")');
+  await page.fill('#session-state', 'checkout step 2');
+  await page.click('#session-form button[type=submit]');
+  await page.waitForSelector('#sessions tr[data-session="cart-7"]:has-text("checkout step 2")');
 
   const wide = await pageApi(page, 'POST', 'entities', { kind: 'queue', path: 'wide', enablePartitioning: true });
   assert.equal(wide.status, 201);

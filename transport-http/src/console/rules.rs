@@ -1,5 +1,6 @@
 //! A subscription's rules (list, create or replace, delete; a SQL filter or action the parser
-//! refuses is answered with where it is), and a session-enabled entity's sessions with state.
+//! refuses is answered with where it is), and a session-enabled entity's sessions with state
+//! (listed; set or cleared).
 
 use axum::body::Body;
 use axum::http::StatusCode;
@@ -8,6 +9,7 @@ use ironbus_core::auth::Right;
 use ironbus_core::filter::{FilterError, Parameters, SqlFilter, SqlRuleAction};
 use ironbus_core::{
     BrokerError, EntityDescription, EntityPath, PathShape, RuleAction, RuleDescription, RuleFilter,
+    SessionError,
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -178,4 +180,28 @@ pub(super) async fn sessions(call: &Call) -> ApiResult {
         }));
     }
     Ok(json_response(StatusCode::OK, &json!({ "sessions": sessions })))
+}
+
+#[derive(Deserialize)]
+struct SetState {
+    /// The new state as text (UTF-8), or `null` to clear it.
+    state: Option<String>,
+}
+
+/// `PUT sessions?path=&session=`: sets (or with `null` clears) a session's state, whoever holds
+/// the session.
+pub(super) async fn set_state(call: &Call, body: Body) -> ApiResult {
+    call.require(Right::Manage)?;
+    let path = call.path()?;
+    let session = call
+        .param("session")
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ApiError::bad_request("session is missing"))?;
+    let set: SetState = read_json(&call.app, body).await?;
+    let state = set.state.map(bytes::Bytes::from);
+    call.app.broker.set_session_state(path, session, state).await.map_err(|e| match e {
+        SessionError::Broker(e) => ApiError::broker(e),
+        other => ApiError::new(StatusCode::CONFLICT, other.to_string()),
+    })?;
+    Ok(json_response(StatusCode::OK, &json!({ "session": session })))
 }
