@@ -24,6 +24,8 @@ const MAX_PEEK: usize = 200;
 const MAX_SCAN: usize = 10_000;
 /// The most dead letters one resubmit that removes the originals locks to find them.
 const MAX_RESUBMIT_LOCKS: u32 = 1000;
+/// The most scans one purge of scheduled messages makes.
+const MAX_CANCEL_ROUNDS: usize = 100;
 /// The most messages one send of the form makes.
 const MAX_REPEAT: u32 = 1000;
 
@@ -239,12 +241,14 @@ async fn scheduled_messages(
     Ok(found)
 }
 
+/// Cancels the scheduled messages, scan after scan until one finds none (at most
+/// [`MAX_CANCEL_ROUNDS`], so that a sender scheduling without pause cannot keep it going).
 async fn cancel_all_scheduled(call: &Call, path: &EntityPath) -> Result<usize, ApiError> {
     let mut cancelled = 0;
-    loop {
+    for _ in 0..MAX_CANCEL_ROUNDS {
         let found = scheduled_messages(call, path).await?;
         if found.is_empty() {
-            return Ok(cancelled);
+            break;
         }
         let numbers: Vec<SequenceNumber> = found.iter().map(|m| m.sequence_number()).collect();
         for chunk in numbers.chunks(MAX_SEQUENCE_NUMBERS) {
@@ -256,6 +260,7 @@ async fn cancel_all_scheduled(call: &Call, path: &EntityPath) -> Result<usize, A
         }
         cancelled += numbers.len();
     }
+    Ok(cancelled)
 }
 
 /// `GET scheduled?path=`: the entity's scheduled messages.
