@@ -43,7 +43,7 @@ pub use cluster::{PartitionRef, Placement};
 pub use forwarding::creation_order;
 pub use idle::{IDLE_TICK, STORED_MARGIN};
 pub use namespace::NamespaceListener;
-pub use queues::{Availability, QueueInfo, QueueRuntime};
+pub use queues::{Availability, PartitionCountsView, PartitionRuntime, QueueInfo, QueueRuntime};
 pub use sending::SendFuture;
 pub use sessions::SessionReceiver;
 pub use topics::TopicRuntime;

@@ -112,8 +112,8 @@ pub mod transaction {
 
 pub use address::{Address, AddressError, EntityAddress, EntityPath, PathShape};
 pub use broker::{
-    Availability, Broker, BrokerOptions, PartitionRef, QueueInfo, QueueRuntime, SendFuture,
-    SessionReceiver, TopicRuntime, Transaction,
+    Availability, Broker, BrokerOptions, PartitionCountsView, PartitionRef, PartitionRuntime,
+    QueueInfo, QueueRuntime, SendFuture, SessionReceiver, TopicRuntime, Transaction,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use description::{

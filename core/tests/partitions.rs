@@ -936,6 +936,15 @@ async fn runtime_reports_limited_availability_while_a_partition_is_down() {
     assert_eq!(runtime.active_message_count, 30, "the other partitions' counts are summed");
     assert_eq!(runtime.total_message_count, 30);
     assert_eq!(runtime.size_in_bytes, total - sizes[usize::from(down)]);
+    // Per partition: the one down has no counts, each other its own two messages.
+    let partitions = f.broker.get_partition_runtimes("q").await.unwrap();
+    assert_eq!(partitions.len(), usize::from(PARTITIONS));
+    for (p, runtime) in partitions.iter().enumerate() {
+        assert_eq!(runtime.partition, PartitionId(p as u16));
+        let counts = runtime.counts.map(|c| (c.active_message_count, c.size_in_bytes));
+        let expected = (p != usize::from(down)).then_some((2, sizes[p]));
+        assert_eq!(counts, expected, "partition {p}");
+    }
 
     f.heal_partition(id, down);
     let runtime = f.runtime("q").await;

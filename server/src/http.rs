@@ -33,6 +33,16 @@ pub struct HttpArgs {
     /// may be given MaxMessageSizeInKilobytes 1024, the default, to 102400).
     #[arg(long, env = "IRONBUS_TIER", value_enum, default_value_t = TierArg::Standard)]
     tier: TierArg,
+    /// The web console under /$console/ on the HTTP and HTTPS listeners: `on` (the default)
+    /// or `off`. It signs people in with a shared access policy's name and key.
+    #[arg(long, env = "IRONBUS_CONSOLE", value_enum, default_value_t = Switch::On)]
+    console: Switch,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Switch {
+    On,
+    Off,
 }
 
 /// A listener's address, `host:port`, or `None` for `off`; `flag` names the option in errors.
@@ -61,6 +71,11 @@ impl HttpArgs {
         parse_addr("https-addr", &self.https_addr)
     }
 
+    /// Whether the web console is served (`--console`).
+    pub fn console(&self) -> bool {
+        self.console == Switch::On
+    }
+
     /// The namespace's tier (`--tier`).
     pub fn tier(&self) -> Tier {
         match self.tier {
@@ -71,12 +86,13 @@ impl HttpArgs {
 }
 
 /// Binds the HTTP listeners `args` asks for with `config` (the HTTPS one with `certificate`,
-/// ALPN `http/1.1`); `None` when both are off.
+/// ALPN `http/1.1`; the console as `--console` says); `None` when both are off.
 pub async fn bind(
     args: &HttpArgs,
     certificate: Option<&Certificate>,
-    config: HttpConfig,
+    mut config: HttpConfig,
 ) -> Result<Option<HttpTransport>, ServerError> {
+    config.console = args.console();
     let plain = parse_addr("http-addr", &args.http_addr)?;
     let tls_addr = parse_addr("https-addr", &args.https_addr)?;
     if plain.is_none() && tls_addr.is_none() {

@@ -8,6 +8,8 @@
 //! - AMQP over WebSockets ([`websocket`]): `GET /$servicebus/websocket` upgrades to a WebSocket
 //!   whose binary messages carry AMQP; the byte stream goes to the server's hook
 //!   ([`HttpConfig::websocket`]), which hands it to the AMQP transport.
+//! - The web console ([`console`]) under `/$console/` on both listeners, unless
+//!   [`HttpConfig::console`] is off: its page and a JSON API behind a sign-in of its own.
 //! - Operator endpoints on the plain listener only: `/health` and `/metrics`, and whatever
 //!   routes the embedding binary adds there ([`HttpConfig::plain_routes`]).
 //!
@@ -36,6 +38,7 @@
 //! [`HttpConfig::max_body_bytes`] is 413.
 
 pub mod atom;
+pub mod console;
 pub mod dataplane;
 pub mod error;
 pub use ironbus_core::transport::limits;
@@ -111,6 +114,8 @@ pub struct HttpConfig {
     /// selects ([`Namespaces`](ironbus_core::Namespaces)); the broker the transport serves is
     /// the default one.
     pub namespaces: Option<ironbus_core::Namespaces>,
+    /// Serves the web console under `/$console/` on both listeners (on by default).
+    pub console: bool,
 }
 
 impl HttpConfig {
@@ -127,6 +132,7 @@ impl HttpConfig {
             websocket: None,
             node_id: None,
             namespaces: None,
+            console: true,
         }
     }
 }
@@ -140,6 +146,7 @@ impl fmt::Debug for HttpConfig {
             .field("plain_routes", &self.plain_routes.is_some())
             .field("limits", &self.limits)
             .field("websocket", &self.websocket.is_some())
+            .field("console", &self.console)
             .finish_non_exhaustive()
     }
 }
@@ -203,6 +210,8 @@ impl Transport for HttpTransport {
     ) -> Result<(), TransportError> {
         let mut listeners = tokio::task::JoinSet::new();
         let counter = ConnectionCounter::new(self.config.limits);
+        // One set of console sessions for both listeners.
+        let sessions = self.config.console.then(|| Arc::new(console::session::Sessions::default()));
         if let Some(listener) = self.plain {
             let app = App {
                 namespace: None,
@@ -210,7 +219,15 @@ impl Transport for HttpTransport {
                 config: self.config.clone(),
                 listener: Listener::Plain,
             };
-            listeners.spawn(accept_loop(listener, None, app, counter.clone(), shutdown.clone()));
+            let sessions = sessions.clone();
+            listeners.spawn(accept_loop(
+                listener,
+                None,
+                app,
+                sessions,
+                counter.clone(),
+                shutdown.clone(),
+            ));
         }
         if let Some((listener, acceptor)) = self.tls {
             let app = App {
@@ -219,7 +236,14 @@ impl Transport for HttpTransport {
                 config: self.config.clone(),
                 listener: Listener::Tls,
             };
-            listeners.spawn(accept_loop(listener, Some(acceptor), app, counter, shutdown.clone()));
+            listeners.spawn(accept_loop(
+                listener,
+                Some(acceptor),
+                app,
+                sessions,
+                counter,
+                shutdown.clone(),
+            ));
         }
         while listeners.join_next().await.is_some() {}
         Ok(())
@@ -230,12 +254,17 @@ async fn accept_loop(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     app: App,
+    sessions: Option<Arc<console::session::Sessions>>,
     counter: Arc<ConnectionCounter>,
     mut shutdown: Shutdown,
 ) {
     let websocket = app.config.websocket.clone();
     let extra = app.config.plain_routes.clone().filter(|_| app.listener == Listener::Plain);
+    let console = sessions.map(|sessions| console::router(app.clone(), sessions));
     let mut router = router(app);
+    if let Some(console) = console {
+        router = console.merge(router);
+    }
     if let Some(extra) = extra {
         router = extra.merge(router);
     }

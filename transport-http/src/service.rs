@@ -116,7 +116,7 @@ fn empty(status: StatusCode) -> Response {
 
 impl App {
     /// This app for the namespace the request's host selects, when several are served.
-    async fn in_namespace(self, parts: &Parts) -> Result<App, HttpError> {
+    pub(crate) async fn in_namespace(self, parts: &Parts) -> Result<App, HttpError> {
         let Some(namespaces) = &self.config.namespaces else { return Ok(self) };
         let host = parts
             .headers

@@ -12,8 +12,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let Some((target, rest)) = args.split_first() else {
         bail!(
             "`bench` needs a target: core, amqp, backlog, cluster, connections, side-by-side, \
-             instructions, fanout, filter-cost, sessions, forward or renew (see `cargo xtask \
-             help`)"
+             instructions, fanout, filter-cost, sessions, forward, renew or console (see `cargo \
+             xtask help`)"
         );
     };
     // Everything after the target goes to the benchmark; a leading `--` is accepted and dropped,
@@ -22,6 +22,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         Some((dashes, after)) if dashes == "--" => after,
         _ => rest,
     };
+    if target == "console" {
+        return crate::compat::console::bench(rest);
+    }
     if target == "side-by-side" {
         return script("side-by-side", rest);
     }

@@ -8,7 +8,9 @@
 //! node's test runner), `rust` (the unofficial `azservicebus` crate, `compat/rust`, its own cargo
 //! workspace because it links OpenSSL); `all` (the default) runs the three. `mssuite` (only when
 //! named) runs Microsoft's own `azure-servicebus` test suite, downloaded from PyPI at run time, with
-//! the stand-ins and the ratchet of `compat/mssuite` (`compat/mssuite/run.py`).
+//! the stand-ins and the ratchet of `compat/mssuite` (`compat/mssuite/run.py`). `console` (only
+//! when named) runs the web console's browser tests, which start servers of their own
+//! ([`console`]).
 //!
 //! Steps: build `ironbus` (release, with its testing-only feature `fault-injection`); install the SDKs if missing (`compat/python/.venv`,
 //! `compat/js/node_modules`) and build `compat/rust`; generate the emulator-format `config.json`
@@ -196,6 +198,10 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         Some(dashes) => (&args[..dashes], &args[dashes + 1..]),
         None => (args, &[][..]),
     };
+    // The console's browser tests start servers of their own (never in `all`).
+    if selection.len() == 1 && selection[0] == "console" {
+        return console::run(runner_args);
+    }
     let clustered = selection.iter().any(|arg| arg == "--cluster");
     let selection: Vec<String> =
         selection.iter().filter(|arg| *arg != "--cluster").cloned().collect();
@@ -213,7 +219,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         }
         [one] => {
             vec![SUITES.iter().find(|suite| suite.name == one.as_str()).with_context(|| {
-                format!("unknown suite `{one}`; known: python, js, rust, mssuite, all, config")
+                format!(
+                    "unknown suite `{one}`; known: python, js, rust, mssuite, console, all, config"
+                )
             })?]
         }
         _ => bail!(
@@ -707,6 +715,7 @@ fn standard_port(port: u16) -> Result<u16> {
 }
 
 mod cluster;
+pub(crate) mod console;
 mod process;
 #[cfg(test)]
 mod tests;

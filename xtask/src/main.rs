@@ -86,12 +86,16 @@ tasks:
     bench renew         the sync Python SDK renewing 300 message locks from 1, 2 and 5 threads
                         of one receiver (the AutoLockRenewer's load), ironbus revisions in
                         alternating rounds; env REVS, THREADS, MESSAGES, ROUNDS, OUT
+    bench console       the dashboard's load with 1,000 entities in headless Chromium: the
+                        API call and the page drawn, median and worst of 10 loads
     compat [SUITE] [--store rocksdb|postgres] [--cluster] [-- ARGS]
                         run the SDK compatibility suites (python, js, rust; default all) against a
                         fresh ironbus (--cluster: 3 nodes on PostgreSQL, the clients spread over
                         them); ARGS go to the suite's runner; `compat config` prints
                         the generated entity config; `compat mssuite` (never in all) runs
-                        Microsoft's own azure-servicebus test suite (compat/mssuite).
+                        Microsoft's own azure-servicebus test suite (compat/mssuite);
+                        `compat console` (never in all) the web console's browser tests in
+                        headless Chromium (compat/console, screenshots in its screenshots/).
                         --store postgres (default rocksdb): the server runs on a throwaway
                         PostgreSQL the task starts (as nobody when root; Debian's postgresql,
                         installed if missing, or IRONBUS_POSTGRES_BIN) and removes at the end

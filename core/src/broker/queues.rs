@@ -2,7 +2,7 @@
 //! `get_queue_runtime`, `update_queue`, `delete_queue`) over the management generic over the
 //! kind in `broker.rs`, a queue's own update and delete (where `update_entity` and
 //! `delete_entity` send a queue), and what management returns of a queue: [`QueueInfo`] and
-//! [`QueueRuntime`]. A queue is created like a topic, by `create_top_level` in `broker.rs`.
+//! [`QueueRuntime`] (and per partition [`PartitionRuntime`]). A queue is created like a topic, by `create_top_level` in `broker.rs`.
 //!
 //! Invariants kept here: a queue's update and delete run under the management lock and only
 //! when every partition is available; the entity record is the commit point of both (one
@@ -57,6 +57,24 @@ pub enum Availability {
     Available,
     /// At least one partition is unavailable; operations pinned to it fail, the rest go on.
     Limited,
+}
+
+/// One partition's runtime: its counts, or `None` when it could not answer (unavailable).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionRuntime {
+    pub partition: PartitionId,
+    pub counts: Option<PartitionCountsView>,
+}
+
+/// One partition's counts, as [`QueueRuntime`] names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionCountsView {
+    pub active_message_count: u64,
+    pub dead_letter_message_count: u64,
+    pub scheduled_message_count: u64,
+    pub deferred_message_count: u64,
+    pub transfer_message_count: u64,
+    pub size_in_bytes: u64,
 }
 
 /// A queue's runtime counts, summed over its partitions.
@@ -153,6 +171,29 @@ impl Broker {
             created_at: record.created_at,
             updated_at: record.updated_at,
         })
+    }
+
+    /// Each partition's counts of a queue, topic or subscription, in partition order; a
+    /// partition that cannot answer is listed without counts (`None`), never an error.
+    pub async fn get_partition_runtimes(&self, name: &str) -> Result<Vec<PartitionRuntime>> {
+        let entity = self.entity_named(name)?;
+        let answers = ask_all(&entity, |reply| Command::Counts { reply }).await;
+        Ok(entity
+            .partitions
+            .iter()
+            .zip(answers)
+            .map(|(partition, answer)| PartitionRuntime {
+                partition: partition.id,
+                counts: answer.ok().map(|c| PartitionCountsView {
+                    active_message_count: c.active,
+                    dead_letter_message_count: c.dead_lettered,
+                    scheduled_message_count: c.scheduled,
+                    deferred_message_count: c.deferred,
+                    transfer_message_count: c.transfer,
+                    size_in_bytes: c.size_bytes,
+                }),
+            })
+            .collect())
     }
 
     /// Replaces a queue's description (see [`Broker::update_entity`]).

@@ -37,6 +37,7 @@ async fn serve() -> (SocketAddr, ironbus_core::ShutdownTrigger) {
         http_addr: "127.0.0.1:0".into(),
         https_addr: "off".into(),
         tier: super::TierArg::Standard,
+        console: super::Switch::On,
     };
     let mut config = HttpConfig::new(authorizer);
     config.websocket = Some(websocket_hook(amqp.stream_sender()));
