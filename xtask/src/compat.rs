@@ -388,11 +388,14 @@ fn start_one(
     Ok((Serving::One { server, log }, target))
 }
 
-/// The server flags the suites need: `--testing-fault-injection`, with which the admin tests
-/// make a partition unavailable (`POST /$ironbus/faults`); the server is built with the feature
-/// that has it ([`SERVER_FEATURES`]).
+/// The server flag every server of the suites needs: `--testing-fault-injection`, with which the
+/// admin tests make a partition unavailable (`POST /$ironbus/faults`); the server is built with
+/// the feature that has it ([`SERVER_FEATURES`]).
+const FAULT_FLAGS: &[&str] = &["--testing-fault-injection"];
+
 /// Flags of the single server the suites run against: the fault endpoint, and namespaces on
-/// demand (`test_namespaces.py`, told by `IRONBUS_NAMESPACES_ON_DEMAND`).
+/// demand (`test_namespaces.py`, told by `IRONBUS_NAMESPACES_ON_DEMAND`), which a cluster node
+/// refuses.
 const TESTING_FLAGS: &[&str] = &["--testing-fault-injection", "--namespaces-on-demand"];
 
 fn names(suites: &[&Suite]) -> String {

@@ -22,8 +22,7 @@ use std::{
 use anyhow::{bail, Result};
 
 use super::{
-    admin_connection_string, connection_string, tls_connection_string, Serving, Target,
-    TESTING_FLAGS,
+    admin_connection_string, connection_string, tls_connection_string, Serving, Target, FAULT_FLAGS,
 };
 use crate::cluster::{Nodes, Placement};
 use crate::postgres::Database;
@@ -49,7 +48,7 @@ pub(super) fn start(
 ) -> Result<(Serving, Target)> {
     let mut nodes = Nodes::new(binary, config, work, database.url(), LEASE_MS, true);
     nodes.serve_tls();
-    nodes.add_args(TESTING_FLAGS);
+    nodes.add_args(FAULT_FLAGS);
     for _ in 0..NODES {
         nodes.add()?;
     }
