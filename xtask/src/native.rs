@@ -12,7 +12,8 @@
 //! `cargo xtask ci` also calls [`ensure_postgres`]: the PostgreSQL store's tests start a real
 //! server from Debian's `postgresql` package (`/usr/lib/postgresql/<version>/bin`, or the
 //! directory in `IRONBUS_POSTGRES_BIN`), and fail without one. `cargo xtask run` does not need
-//! it.
+//! it. `cargo xtask compat console` calls [`ensure_chromium`]: the console's browser tests drive
+//! Debian's `chromium` (or the executable in `CHROMIUM`).
 
 use std::{
     env,
@@ -32,6 +33,27 @@ const POSTGRES_PACKAGES: &[&str] = &["postgresql"];
 pub(crate) fn ensure() -> Result<()> {
     let or_else = "or set LIBCLANG_PATH to the directory holding libclang.so";
     install_if_missing("RocksDB's build", PACKAGES, or_else, missing)
+}
+
+/// The Debian package of the browser the console's tests drive.
+const CHROMIUM_PACKAGES: &[&str] = &["chromium"];
+
+/// The Chromium executable the console's browser tests drive: `CHROMIUM`, or Debian's
+/// `/usr/bin/chromium`, installed with `apt-get` where that is possible.
+pub(crate) fn ensure_chromium() -> Result<PathBuf> {
+    if let Some(chromium) = env::var_os("CHROMIUM") {
+        return Ok(PathBuf::from(chromium));
+    }
+    let debian = Path::new("/usr/bin/chromium");
+    let or_else = "or set CHROMIUM to a Chromium executable";
+    install_if_missing("the web console's browser tests", CHROMIUM_PACKAGES, or_else, || {
+        if debian.exists() {
+            Vec::new()
+        } else {
+            vec!["Chromium"]
+        }
+    })?;
+    Ok(debian.to_path_buf())
 }
 
 /// Finds PostgreSQL's server programs, installing Debian's `postgresql` where that is possible.

@@ -10,7 +10,6 @@
 //! server (memory store, free ports) and stops it; screenshots go to `compat/console/screenshots/`.
 
 use std::fs;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -38,14 +37,7 @@ pub(crate) fn bench(args: &[String]) -> Result<()> {
 }
 
 fn run_node(what: &str, mut command: Command) -> Result<()> {
-    let chromium = std::env::var_os("CHROMIUM")
-        .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
-    if !chromium.exists() {
-        bail!(
-            "{what} needs Chromium at {} (Debian: apt-get install chromium), or CHROMIUM",
-            chromium.display()
-        );
-    }
+    let chromium = crate::native::ensure_chromium()?;
     let server = super::build_release(&["ironbus"], &["ironbus"])?.remove(0);
     let dir = workspace_root().join(DIR);
     install(&dir)?;
