@@ -15,59 +15,21 @@ use crate::time::duration_millis;
 use crate::view::typed;
 use crate::Target;
 
-/// The properties exported per kind (those ironbus's `--config` reads), in schema order.
-fn exported(kind: Kind) -> &'static [&'static str] {
-    match kind {
-        Kind::Queue => &[
-            "LockDuration",
-            "MaxSizeInMegabytes",
-            "RequiresDuplicateDetection",
-            "RequiresSession",
-            "DefaultMessageTimeToLive",
-            "DeadLetteringOnMessageExpiration",
-            "DuplicateDetectionHistoryTimeWindow",
-            "MaxDeliveryCount",
-            "EnableBatchedOperations",
-            "Status",
-            "ForwardTo",
-            "UserMetadata",
-            "AutoDeleteOnIdle",
-            "EnablePartitioning",
-            "ForwardDeadLetteredMessagesTo",
-            "EnableExpress",
-            "MaxMessageSizeInKilobytes",
-            "PartitionCount",
-        ],
-        Kind::Topic => &[
-            "DefaultMessageTimeToLive",
-            "MaxSizeInMegabytes",
-            "RequiresDuplicateDetection",
-            "DuplicateDetectionHistoryTimeWindow",
-            "EnableBatchedOperations",
-            "Status",
-            "UserMetadata",
-            "SupportOrdering",
-            "AutoDeleteOnIdle",
-            "EnablePartitioning",
-            "MaxMessageSizeInKilobytes",
-            "PartitionCount",
-        ],
-        Kind::Subscription => &[
-            "LockDuration",
-            "RequiresSession",
-            "DefaultMessageTimeToLive",
-            "DeadLetteringOnMessageExpiration",
-            "DeadLetteringOnFilterEvaluationExceptions",
-            "MaxDeliveryCount",
-            "EnableBatchedOperations",
-            "Status",
-            "ForwardTo",
-            "UserMetadata",
-            "ForwardDeadLetteredMessagesTo",
-            "AutoDeleteOnIdle",
-        ],
-        Kind::Rule => &[],
-    }
+/// The properties exported per kind (those ironbus's `--config` reads), in schema order: the
+/// writable ones but keys, the default rule (exported as `Rules`) and a topic's EnableExpress;
+/// none of a rule's (a subscription's `Rules` carry them).
+fn exported(kind: Kind) -> impl Iterator<Item = &'static str> {
+    let all = if kind == Kind::Rule { &[][..] } else { kind.schema_order() };
+    all.iter().copied().filter(move |name| match *name {
+        "AuthorizationRules" | "DefaultRuleDescription" => false,
+        "EnableExpress" => kind != Kind::Topic,
+        _ => true,
+    })
+}
+
+/// Whether `name` is exported for `kind`.
+fn is_exported(kind: Kind, name: &str) -> bool {
+    exported(kind).any(|exported| exported == name)
 }
 
 /// Properties that cannot change after creation.
@@ -86,7 +48,7 @@ pub(crate) fn config_properties(entry: &Entry) -> Map<String, Json> {
     let partitions = entry.number("PartitionCount");
     for name in exported(entry.kind) {
         let Some(text) = entry.get(name) else { continue };
-        let value = match *name {
+        let value = match name {
             n if is_forward(n) => {
                 let target = forward_name(text);
                 if target.is_empty() {
@@ -146,7 +108,7 @@ pub(crate) fn diff(wanted: &Map<String, Json>, current: &Entry) -> Diff {
     let now = config_properties(current);
     let mut diff = Diff::default();
     for (name, value) in wanted {
-        if !exported(current.kind).contains(&name.as_str()) || same(name, value, now.get(name)) {
+        if !is_exported(current.kind, name) || same(name, value, now.get(name)) {
             continue;
         }
         if FIXED.contains(&name.as_str()) {
@@ -397,8 +359,7 @@ async fn reconcile(
         .filter(|(k, _)| is_forward(k) == (pass == Pass::Forwards))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let unknown: Vec<String> =
-        wanted.keys().filter(|k| !exported(kind).contains(&k.as_str())).cloned().collect();
+    let unknown: Vec<String> = wanted.keys().filter(|k| !is_exported(kind, k)).cloned().collect();
     let partitions = wanted.get("PartitionCount").and_then(Json::as_u64).unwrap_or(0);
     match management.get(path).await {
         Ok(current) => {
