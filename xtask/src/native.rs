@@ -35,8 +35,9 @@ pub(crate) fn ensure() -> Result<()> {
     install_if_missing("RocksDB's build", PACKAGES, or_else, missing)
 }
 
-/// The Debian package of the browser the console's tests drive.
-const CHROMIUM_PACKAGES: &[&str] = &["chromium"];
+/// The Debian packages of the browser the console's tests drive, and a font for its pages
+/// (installed without recommended packages, Chromium may have none).
+const CHROMIUM_PACKAGES: &[&str] = &["chromium", "fonts-liberation"];
 
 /// The Chromium executable the console's browser tests drive: `CHROMIUM`, or Debian's
 /// `/usr/bin/chromium`, installed with `apt-get` where that is possible.
