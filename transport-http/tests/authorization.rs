@@ -3,19 +3,17 @@
 //! foreign-host, wrong-key and tampered tokens) and what each request must come to — 2xx (or
 //! the operation's own answer) when allowed, 401 when not. Time is the broker's manual clock.
 
+mod common;
+
 use std::sync::Arc;
-use std::time::Duration;
 
 use ironbus_core::auth::{generate_token, Authorizer, Rights, SasPolicy};
 use ironbus_core::{
-    shutdown_signal, Broker, EntityDescription, EntityPath, ManualClock, Message, NamespaceLimits,
-    QueueDescription, ShutdownTrigger, SubscriptionDescription, Timestamp, TopicDescription,
-    Transport,
+    Broker, EntityDescription, EntityPath, ManualClock, Message, NamespaceLimits, QueueDescription,
+    ShutdownTrigger, SubscriptionDescription, Timestamp, TopicDescription,
 };
 use ironbus_store_memory::MemoryStore;
-use ironbus_transport_http::{HttpConfig, HttpTransport};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use ironbus_transport_http::HttpConfig;
 
 const ROOT_KEY: &str = "root-key";
 /// The broker's time: 2026-01-01T00:00:00Z.
@@ -54,12 +52,7 @@ async fn start() -> Server {
     ])
     .unwrap();
     let config = HttpConfig::new(Arc::new(authorizer));
-    let transport =
-        HttpTransport::bind(Some("127.0.0.1:0".parse().unwrap()), None, config).await.unwrap();
-    let addr = transport.plain_addr().unwrap();
-    let (trigger, shutdown) = shutdown_signal();
-    let serving = broker.clone();
-    tokio::spawn(async move { Box::new(transport).serve(serving, shutdown).await });
+    let (addr, trigger) = common::serve(broker.clone(), config).await;
     Server { addr, broker, _trigger: trigger }
 }
 
@@ -80,13 +73,7 @@ impl Server {
         head.push_str("\r\n");
         let mut bytes = head.into_bytes();
         bytes.extend_from_slice(body);
-        let mut stream = TcpStream::connect(self.addr).await.unwrap();
-        stream.write_all(&bytes).await.unwrap();
-        let mut out = Vec::new();
-        tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut out))
-            .await
-            .expect("the server answers")
-            .unwrap();
+        let out = common::exchange(self.addr, &bytes).await;
         let text = String::from_utf8_lossy(&out).into_owned();
         let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status line");
         let body = text.split_once("\r\n\r\n").map_or(String::new(), |(_, b)| b.to_owned());
@@ -317,10 +304,7 @@ impl Server {
         head.push_str("Content-Type: application/atom+xml\r\n\r\n");
         let mut bytes = head.into_bytes();
         bytes.extend_from_slice(body);
-        let mut stream = TcpStream::connect(self.addr).await.unwrap();
-        stream.write_all(&bytes).await.unwrap();
-        let mut out = Vec::new();
-        stream.read_to_end(&mut out).await.unwrap();
+        let out = common::exchange(self.addr, &bytes).await;
         let text = String::from_utf8_lossy(&out).into_owned();
         let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status line");
         (status, text)

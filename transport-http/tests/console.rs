@@ -2,20 +2,19 @@
 //! and same-origin check on writes, rights per policy, and the operations (entities, peek,
 //! send, purge, resubmit, rules, sessions, scheduled messages).
 
+mod common;
+
 use std::sync::Arc;
-use std::time::Duration;
 
 use ironbus_core::auth::{Authorizer, Rights, SasPolicy};
 use ironbus_core::{
-    shutdown_signal, Broker, Disposition, EntityDescription, EntityPath, ManualClock, Message,
-    NamespaceLimits, QueueDescription, ReceiveMode, ShutdownTrigger, SubscriptionDescription,
-    Timestamp, TopicDescription, Transport,
+    Broker, Disposition, EntityDescription, EntityPath, ManualClock, Message, NamespaceLimits,
+    QueueDescription, ReceiveMode, ShutdownTrigger, SubscriptionDescription, Timestamp,
+    TopicDescription,
 };
 use ironbus_store_memory::MemoryStore;
-use ironbus_transport_http::{HttpConfig, HttpTransport};
+use ironbus_transport_http::HttpConfig;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const NOW_MS: i64 = 1_767_225_600_000;
 
@@ -61,12 +60,7 @@ async fn start_with(console: bool) -> Server {
     .unwrap();
     let mut config = HttpConfig::new(Arc::new(authorizer));
     config.console = console;
-    let transport =
-        HttpTransport::bind(Some("127.0.0.1:0".parse().unwrap()), None, config).await.unwrap();
-    let addr = transport.plain_addr().unwrap();
-    let (trigger, shutdown) = shutdown_signal();
-    let serving = broker.clone();
-    tokio::spawn(async move { Box::new(transport).serve(serving, shutdown).await });
+    let (addr, trigger) = common::serve(broker.clone(), config).await;
     Server { addr, broker, _trigger: trigger }
 }
 
@@ -102,13 +96,7 @@ impl Server {
         head.push_str("\r\n");
         let mut bytes = head.into_bytes();
         bytes.extend_from_slice(body.as_bytes());
-        let mut stream = TcpStream::connect(self.addr).await.unwrap();
-        stream.write_all(&bytes).await.unwrap();
-        let mut out = Vec::new();
-        tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut out))
-            .await
-            .expect("the server answers")
-            .unwrap();
+        let out = common::exchange(self.addr, &bytes).await;
         let text = String::from_utf8_lossy(&out).into_owned();
         let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("a status line");
         let (headers, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));

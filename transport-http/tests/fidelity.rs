@@ -3,18 +3,15 @@
 //! api-version 2017-04 round trips, the namespace root and Premium's message-size range. A real
 //! broker on the memory store behind the transport on `127.0.0.1:0`, requests over sockets.
 
+mod common;
+
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use ironbus_core::auth::{generate_token, Authorizer, Rights, SasPolicy};
-use ironbus_core::{
-    shutdown_signal, Broker, NamespaceLimits, ShutdownTrigger, SystemClock, Tier, Timestamp,
-    Transport,
-};
+use ironbus_core::{Broker, NamespaceLimits, ShutdownTrigger, SystemClock, Tier, Timestamp};
 use ironbus_store_memory::MemoryStore;
-use ironbus_transport_http::{HttpConfig, HttpTransport};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use ironbus_transport_http::HttpConfig;
 
 const KEY: &str = "root-key";
 const ATOM: &str = "http://www.w3.org/2005/Atom";
@@ -43,12 +40,7 @@ async fn start(tier: Tier) -> Server {
     let mut config = HttpConfig::new(Arc::new(authorizer));
     config.namespace = "myns".to_owned();
     config.tier = tier;
-    let transport =
-        HttpTransport::bind(Some("127.0.0.1:0".parse().unwrap()), None, config).await.unwrap();
-    let addr = transport.plain_addr().unwrap();
-    let (trigger, shutdown) = shutdown_signal();
-    let serving = broker.clone();
-    tokio::spawn(async move { Box::new(transport).serve(serving, shutdown).await });
+    let (addr, trigger) = common::serve(broker.clone(), config).await;
     Server { addr, _broker: broker, _trigger: trigger }
 }
 
@@ -73,13 +65,7 @@ impl Server {
         }
         head.push_str("\r\n");
         head.push_str(body);
-        let mut stream = TcpStream::connect(self.addr).await.unwrap();
-        stream.write_all(head.as_bytes()).await.unwrap();
-        let mut out = Vec::new();
-        tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut out))
-            .await
-            .expect("the server answers")
-            .unwrap();
+        let out = common::exchange(self.addr, head.as_bytes()).await;
         let text = String::from_utf8_lossy(&out).into_owned();
         let (head, body) = text.split_once("\r\n\r\n").expect("a complete head");
         let status = head.split(' ').nth(1).unwrap().parse().unwrap();

@@ -2,6 +2,8 @@
 //! `127.0.0.1:0`, and requests written by hand over real sockets (so malformed input reaches
 //! the server exactly as sent).
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,13 +12,10 @@ use ironbus_core::auth::{generate_token, Authorizer, Rights, SasPolicy};
 use ironbus_core::testing::{partition_key_prefix, FaultyStore};
 use ironbus_core::types::PartitionId;
 use ironbus_core::{
-    shutdown_signal, Broker, NamespaceLimits, QueueDescription, ShutdownTrigger, Store,
-    SystemClock, Tier, Timestamp, Transport,
+    Broker, NamespaceLimits, QueueDescription, ShutdownTrigger, Store, SystemClock, Tier, Timestamp,
 };
 use ironbus_store_memory::MemoryStore;
-use ironbus_transport_http::{HttpConfig, HttpTransport};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use ironbus_transport_http::HttpConfig;
 
 const KEY: &str = "root-key";
 const LISTEN_KEY: &str = "listen-key";
@@ -67,12 +66,7 @@ async fn start_configured(
     config.max_body_bytes = 64 * 1024;
     configure(&mut config);
     config.metrics = Some(Arc::new(|| "# metrics\n".to_owned()));
-    let transport =
-        HttpTransport::bind(Some("127.0.0.1:0".parse().unwrap()), None, config).await.unwrap();
-    let addr = transport.plain_addr().unwrap();
-    let (trigger, shutdown) = shutdown_signal();
-    let serving = broker.clone();
-    tokio::spawn(async move { Box::new(transport).serve(serving, shutdown).await });
+    let (addr, trigger) = common::serve(broker.clone(), config).await;
     Server { addr, broker, faulty, _trigger: trigger }
 }
 
@@ -101,13 +95,7 @@ impl Server {
         request.push_str("\r\n");
         let mut bytes = request.into_bytes();
         bytes.extend_from_slice(body);
-        let mut stream = TcpStream::connect(self.addr).await.unwrap();
-        stream.write_all(&bytes).await.unwrap();
-        let mut out = Vec::new();
-        tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut out))
-            .await
-            .expect("the server answers")
-            .unwrap();
+        let out = common::exchange(self.addr, &bytes).await;
         parse_reply(&out)
     }
 
@@ -887,11 +875,7 @@ async fn malformed_headers_and_paths_get_400_not_500() {
 }
 
 async fn send_raw(addr: std::net::SocketAddr, raw: &[u8]) -> Reply {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream.write_all(raw).await.unwrap();
-    let mut out = Vec::new();
-    stream.read_to_end(&mut out).await.unwrap();
-    parse_reply(&out)
+    parse_reply(&common::exchange(addr, raw).await)
 }
 
 #[tokio::test]
