@@ -287,76 +287,65 @@ pub enum SubscriptionAction {
 /// `true`/`false` (`--sessions` is `--sessions true`).
 #[derive(Debug, Clone, Default, Args)]
 pub struct QueueOptions {
-    /// Spread the queue over partitions (fixed at creation).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
-    pub partitioned: Option<bool>,
-    /// How many partitions (ironbus extension; with --partitioned).
-    #[arg(long, value_name = "N")]
-    pub partitions: Option<u32>,
-    /// Require sessions (fixed at creation).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
-    pub sessions: Option<bool>,
-    /// Drop duplicates by MessageId (fixed at creation).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
-    pub duplicate_detection: Option<bool>,
-    /// How long MessageIds are remembered for duplicate detection.
-    #[arg(long, value_name = "DURATION")]
-    pub duplicate_window: Option<String>,
-    /// Deliveries before a message is dead-lettered.
-    #[arg(long, value_name = "N")]
-    pub max_delivery_count: Option<u32>,
-    /// How long a received message stays locked.
-    #[arg(long, value_name = "DURATION")]
-    pub lock_duration: Option<String>,
-    /// Default time to live of messages.
-    #[arg(long, value_name = "DURATION")]
-    pub ttl: Option<String>,
-    /// Dead-letter messages that expire (instead of dropping them).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
-    pub dead_letter_on_expiry: Option<bool>,
-    /// Forward every message to this queue or topic (empty: stop forwarding).
-    #[arg(long, value_name = "ENTITY")]
-    pub forward_to: Option<String>,
-    /// Forward dead-lettered messages to this queue or topic (empty: stop).
-    #[arg(long, value_name = "ENTITY")]
-    pub forward_dead_letters_to: Option<String>,
-    /// Largest total size in megabytes.
-    #[arg(long, value_name = "MB")]
-    pub max_size_mb: Option<u64>,
-    /// Active, Disabled, SendDisabled or ReceiveDisabled.
-    #[arg(long)]
-    pub status: Option<String>,
+    #[command(flatten)]
+    pub partitioning: PartitionOptions,
+    #[command(flatten)]
+    pub delivery: DeliveryOptions,
+    #[command(flatten)]
+    pub duplicates: DuplicateOptions,
+    #[command(flatten)]
+    pub common: CommonOptions,
 }
 
 /// Properties of a topic (create: defaults where not given; update: only those given).
 #[derive(Debug, Clone, Default, Args)]
 pub struct TopicOptions {
-    /// Spread the topic over partitions (fixed at creation).
+    #[command(flatten)]
+    pub partitioning: PartitionOptions,
+    #[command(flatten)]
+    pub duplicates: DuplicateOptions,
+    #[command(flatten)]
+    pub common: CommonOptions,
+}
+
+/// Properties of a subscription (create: defaults where not given; update: only those given).
+#[derive(Debug, Clone, Default, Args)]
+pub struct SubscriptionOptions {
+    #[command(flatten)]
+    pub delivery: DeliveryOptions,
+    /// Default time to live of messages.
+    #[arg(long, value_name = "DURATION")]
+    pub ttl: Option<String>,
+    /// Active, Disabled, SendDisabled or ReceiveDisabled.
+    #[arg(long)]
+    pub status: Option<String>,
+}
+
+/// Partitioning, of queues and topics.
+#[derive(Debug, Clone, Default, Args)]
+pub struct PartitionOptions {
+    /// Spread the entity over partitions (fixed at creation).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub partitioned: Option<bool>,
     /// How many partitions (ironbus extension; with --partitioned).
     #[arg(long, value_name = "N")]
     pub partitions: Option<u32>,
+}
+
+/// Duplicate detection, of queues and topics.
+#[derive(Debug, Clone, Default, Args)]
+pub struct DuplicateOptions {
     /// Drop duplicates by MessageId (fixed at creation).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub duplicate_detection: Option<bool>,
     /// How long MessageIds are remembered for duplicate detection.
     #[arg(long, value_name = "DURATION")]
     pub duplicate_window: Option<String>,
-    /// Default time to live of messages.
-    #[arg(long, value_name = "DURATION")]
-    pub ttl: Option<String>,
-    /// Largest total size in megabytes.
-    #[arg(long, value_name = "MB")]
-    pub max_size_mb: Option<u64>,
-    /// Active, Disabled, SendDisabled or ReceiveDisabled.
-    #[arg(long)]
-    pub status: Option<String>,
 }
 
-/// Properties of a subscription (create: defaults where not given; update: only those given).
+/// How messages are delivered, of queues and subscriptions.
 #[derive(Debug, Clone, Default, Args)]
-pub struct SubscriptionOptions {
+pub struct DeliveryOptions {
     /// Require sessions (fixed at creation).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub sessions: Option<bool>,
@@ -366,9 +355,6 @@ pub struct SubscriptionOptions {
     /// How long a received message stays locked.
     #[arg(long, value_name = "DURATION")]
     pub lock_duration: Option<String>,
-    /// Default time to live of messages.
-    #[arg(long, value_name = "DURATION")]
-    pub ttl: Option<String>,
     /// Dead-letter messages that expire (instead of dropping them).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub dead_letter_on_expiry: Option<bool>,
@@ -378,6 +364,17 @@ pub struct SubscriptionOptions {
     /// Forward dead-lettered messages to this queue or topic (empty: stop).
     #[arg(long, value_name = "ENTITY")]
     pub forward_dead_letters_to: Option<String>,
+}
+
+/// What queues and topics share besides: time to live, size, status.
+#[derive(Debug, Clone, Default, Args)]
+pub struct CommonOptions {
+    /// Default time to live of messages.
+    #[arg(long, value_name = "DURATION")]
+    pub ttl: Option<String>,
+    /// Largest total size in megabytes.
+    #[arg(long, value_name = "MB")]
+    pub max_size_mb: Option<u64>,
     /// Active, Disabled, SendDisabled or ReceiveDisabled.
     #[arg(long)]
     pub status: Option<String>,

@@ -5,7 +5,8 @@
 use serde_json::{json, Value};
 
 use crate::args::{
-    QueueAction, QueueOptions, SubscriptionAction, SubscriptionOptions, TopicAction, TopicOptions,
+    CommonOptions, DeliveryOptions, DuplicateOptions, PartitionOptions, QueueAction, QueueOptions,
+    SubscriptionAction, SubscriptionOptions, TopicAction, TopicOptions,
 };
 use crate::atom::{Element, Entry, Kind, IRONBUS_NS};
 use crate::error::{CliError, Result};
@@ -203,36 +204,17 @@ impl Setter<'_> {
 
 fn queue_options(target: &Target, description: &mut Element, o: &QueueOptions) -> Result<()> {
     let mut s = Setter { description, order: Kind::Queue.schema_order() };
-    s.duration("LockDuration", o.lock_duration.as_ref())?;
-    s.number("MaxSizeInMegabytes", o.max_size_mb);
-    s.flag(
-        "RequiresDuplicateDetection",
-        o.duplicate_detection.or(o.duplicate_window.as_ref().map(|_| true)),
-    );
-    s.flag("RequiresSession", o.sessions);
-    s.duration("DefaultMessageTimeToLive", o.ttl.as_ref())?;
-    s.flag("DeadLetteringOnMessageExpiration", o.dead_letter_on_expiry);
-    s.duration("DuplicateDetectionHistoryTimeWindow", o.duplicate_window.as_ref())?;
-    s.number("MaxDeliveryCount", o.max_delivery_count);
-    s.status(o.status.as_ref())?;
-    s.forward(target, "ForwardTo", o.forward_to.as_ref());
-    s.partitions(o.partitioned, o.partitions);
-    s.forward(target, "ForwardDeadLetteredMessagesTo", o.forward_dead_letters_to.as_ref());
-    Ok(())
+    s.partitioning(&o.partitioning);
+    s.delivery(target, &o.delivery)?;
+    s.duplicates(&o.duplicates)?;
+    s.common(&o.common)
 }
 
 fn topic_options(description: &mut Element, o: &TopicOptions) -> Result<()> {
     let mut s = Setter { description, order: Kind::Topic.schema_order() };
-    s.duration("DefaultMessageTimeToLive", o.ttl.as_ref())?;
-    s.number("MaxSizeInMegabytes", o.max_size_mb);
-    s.flag(
-        "RequiresDuplicateDetection",
-        o.duplicate_detection.or(o.duplicate_window.as_ref().map(|_| true)),
-    );
-    s.duration("DuplicateDetectionHistoryTimeWindow", o.duplicate_window.as_ref())?;
-    s.status(o.status.as_ref())?;
-    s.partitions(o.partitioned, o.partitions);
-    Ok(())
+    s.partitioning(&o.partitioning);
+    s.duplicates(&o.duplicates)?;
+    s.common(&o.common)
 }
 
 fn subscription_options(
@@ -241,13 +223,35 @@ fn subscription_options(
     o: &SubscriptionOptions,
 ) -> Result<()> {
     let mut s = Setter { description, order: Kind::Subscription.schema_order() };
-    s.duration("LockDuration", o.lock_duration.as_ref())?;
-    s.flag("RequiresSession", o.sessions);
+    s.delivery(target, &o.delivery)?;
     s.duration("DefaultMessageTimeToLive", o.ttl.as_ref())?;
-    s.flag("DeadLetteringOnMessageExpiration", o.dead_letter_on_expiry);
-    s.number("MaxDeliveryCount", o.max_delivery_count);
-    s.status(o.status.as_ref())?;
-    s.forward(target, "ForwardTo", o.forward_to.as_ref());
-    s.forward(target, "ForwardDeadLetteredMessagesTo", o.forward_dead_letters_to.as_ref());
-    Ok(())
+    s.status(o.status.as_ref())
+}
+
+impl Setter<'_> {
+    fn partitioning(&mut self, o: &PartitionOptions) {
+        self.partitions(o.partitioned, o.partitions);
+    }
+
+    fn duplicates(&mut self, o: &DuplicateOptions) -> Result<()> {
+        let window = o.duplicate_window.as_ref();
+        self.flag("RequiresDuplicateDetection", o.duplicate_detection.or(window.map(|_| true)));
+        self.duration("DuplicateDetectionHistoryTimeWindow", window)
+    }
+
+    fn delivery(&mut self, target: &Target, o: &DeliveryOptions) -> Result<()> {
+        self.duration("LockDuration", o.lock_duration.as_ref())?;
+        self.flag("RequiresSession", o.sessions);
+        self.flag("DeadLetteringOnMessageExpiration", o.dead_letter_on_expiry);
+        self.number("MaxDeliveryCount", o.max_delivery_count);
+        self.forward(target, "ForwardTo", o.forward_to.as_ref());
+        self.forward(target, "ForwardDeadLetteredMessagesTo", o.forward_dead_letters_to.as_ref());
+        Ok(())
+    }
+
+    fn common(&mut self, o: &CommonOptions) -> Result<()> {
+        self.duration("DefaultMessageTimeToLive", o.ttl.as_ref())?;
+        self.number("MaxSizeInMegabytes", o.max_size_mb);
+        self.status(o.status.as_ref())
+    }
 }
