@@ -346,19 +346,24 @@ pub(super) fn put_bare_from_raw(
     message: &Message,
     options: DeliveryOptions,
 ) {
+    // Modified properties replace the client's section where it was, or go in front of the
+    // body when it had none. The footer may come anywhere (even before the properties), so it
+    // is never where they go.
     let modified = message.application_properties_modified;
     let mut replaced = false;
     for s in &raw.sections {
         if s.code < PROPERTIES || (options.omit_body && is_body(s.code)) {
             continue;
         }
-        if modified && !replaced && s.code >= APPLICATION_PROPERTIES {
-            let original = (s.code == APPLICATION_PROPERTIES).then(|| &raw.bare[s.value..s.end]);
-            put_app_properties(out, &message.application_properties, original);
+        if modified && s.code == APPLICATION_PROPERTIES {
+            let original = &raw.bare[s.value..s.end];
+            put_app_properties(out, &message.application_properties, Some(original));
             replaced = true;
-            if s.code == APPLICATION_PROPERTIES {
-                continue;
-            }
+            continue;
+        }
+        if modified && !replaced && is_body(s.code) {
+            put_app_properties(out, &message.application_properties, None);
+            replaced = true;
         }
         put_section_normalized(out, raw.bare, s);
     }

@@ -1039,3 +1039,40 @@ fn a_footer_before_the_body_is_accepted_and_kept_as_sent() {
     let footer = fe.footer.unwrap().0;
     assert_eq!(footer.get(&OwnedKey::Symbol(Symbol::from("f"))), Some(&Value::Int(9)));
 }
+
+/// A footer may come first, even before the properties. Properties a settlement modified then
+/// replace the client's application-properties section where it was, once (found by the
+/// `amqp_message` fuzz target: they were written at the footer and again at the original).
+#[test]
+fn modified_properties_replace_their_section_when_the_footer_comes_first() {
+    for with_app_properties in [true, false] {
+        let mut client = full_client_message(data_body(&[b"x"]));
+        if !with_app_properties {
+            client.application_properties = None;
+        }
+        client.footer =
+            Some(fe2o3_amqp_types::messaging::Footer::builder().insert("f", 9i32).build());
+        let bytes = encode_fe(&client);
+        let parts = split_sections(&bytes).unwrap();
+        let footer = parts.iter().find(|s| s.code == FOOTER).unwrap();
+        let mut first = bytes[footer.start..footer.end].to_vec();
+        for s in parts.iter().filter(|s| s.code != FOOTER) {
+            first.extend_from_slice(&bytes[s.start..s.end]);
+        }
+        let mut m = decode_message(Bytes::from(first)).unwrap();
+        m.application_properties.insert("added".to_owned(), PropertyValue::Int(7));
+        m.application_properties_modified = true;
+
+        let out = encode_delivery(&received(m.clone(), true), DeliveryOptions::default());
+        let again = decode_message(out).expect("the delivery decodes");
+        assert_eq!(again.application_properties, m.application_properties);
+        assert_eq!(&again.body[..], b"x");
+        let raw = RawMessage::parse(again.raw.as_ref().unwrap()).unwrap();
+        let codes: Vec<u8> = raw.sections.iter().map(|s| s.code).collect();
+        assert_eq!(
+            codes,
+            [FOOTER, PROPERTIES, APPLICATION_PROPERTIES, DATA],
+            "{with_app_properties}"
+        );
+    }
+}
