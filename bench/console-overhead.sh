@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Does the web console cost the message path anything? Two ironbus servers on RocksDB (sync
+# durability), started side by side on the same entities: "off" with `--console off`, "watched"
+# with the console on and a dashboard open on it for the whole run (a client signed in that loads
+# the dashboard's data, `/$console/api/entities`, every INTERVAL seconds: five times as often as
+# the page refreshes itself). Alternating rounds with the same load generator (ironbus-bench) and
+# the same flags on a PARTITIONS-partition queue among ENTITIES-1 other queues; the idle server
+# takes no CPU while the other runs. Prints one line per run and, at the end, medians per kind
+# (receive rate, send rate, end-to-end p50/p99, broker CPU per message, including the dashboard's
+# requests) and the watched / off ratio.
+#
+#   bench/console-overhead.sh                          # 5 rounds, 4 P / 4 C, 1 KiB, peek-lock
+#   ROUNDS=3 MESSAGES=20000 bench/console-overhead.sh
+#
+# Env: ROUNDS (5), MESSAGES (100000), PRODUCERS (4), CONSUMERS (4), PARTITIONS (16), ENTITIES
+# (100), INTERVAL (1), SIZE (1024), MODE (peek-lock), ACCEPT_BATCH (1), CREDIT (100), WINDOW
+# (100), OUT (console-overhead.jsonl), TIMEOUT per run (300), PAUSE (2), CLIENT (wire), SERVER
+# and BENCH (binaries to use instead of building release ones).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ROUNDS="${ROUNDS:-5}"
+MESSAGES="${MESSAGES:-100000}"
+PRODUCERS="${PRODUCERS:-4}"
+CONSUMERS="${CONSUMERS:-4}"
+PARTITIONS="${PARTITIONS:-16}"
+ENTITIES="${ENTITIES:-100}"
+INTERVAL="${INTERVAL:-1}"
+SIZE="${SIZE:-1024}"
+MODE="${MODE:-peek-lock}"
+ACCEPT_BATCH="${ACCEPT_BATCH:-1}"
+CREDIT="${CREDIT:-100}"
+WINDOW="${WINDOW:-100}"
+OUT="${OUT:-console-overhead.jsonl}"
+TIMEOUT="${TIMEOUT:-300}"
+PAUSE="${PAUSE:-2}"
+CLIENT="${CLIENT:-wire}"
+WORK="$(mktemp -d)"
+PORT_OFF="${PORT_OFF:-5694}"; PORT_ON="${PORT_ON:-5695}"; HTTP_ON="${HTTP_PORT:-5394}"
+
+cd "$ROOT"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+release_binaries
+
+python3 - "$PARTITIONS" "$ENTITIES" > "$WORK/config.json" <<'PY'
+import json, sys
+partitions, entities = int(sys.argv[1]), int(sys.argv[2])
+queues = [{"Name": "bench", "Properties": {"EnablePartitioning": True, "PartitionCount": partitions}}]
+queues += [{"Name": f"idle-{i:04}", "Properties": {}} for i in range(1, entities)]
+print(json.dumps({"UserConfig": {"Namespaces": [
+    {"Name": "sbemulatorns", "Queues": queues, "Topics": []}]}}))
+PY
+
+OFF_PID="" ON_PID="" WATCHER_PID=""
+cleanup() {
+  for pid in $WATCHER_PID $OFF_PID $ON_PID; do kill "$pid" 2>/dev/null || true; done
+  for pid in $WATCHER_PID $OFF_PID $ON_PID; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+common=(--https-addr off --amqps-addr off --config "$WORK/config.json" --store rocksdb
+        --max-entities "$((ENTITIES + 10))")
+"$SERVER" --amqp-addr "127.0.0.1:$PORT_OFF" --http-addr off --console off "${common[@]}" \
+  --data-dir "$WORK/off" > "$WORK/off.log" 2>&1 &
+OFF_PID=$!
+"$SERVER" --amqp-addr "127.0.0.1:$PORT_ON" --http-addr "127.0.0.1:$HTTP_ON" --console on \
+  "${common[@]}" --data-dir "$WORK/on" > "$WORK/on.log" 2>&1 &
+ON_PID=$!
+for pair in "$PORT_OFF $OFF_PID off" "$PORT_ON $ON_PID on"; do
+  read -r port pid name <<< "$pair"
+  if ! wait_for_port "$port" 0.2 150 "$pid"; then
+    echo "ironbus ($name) did not start: $(tail -5 "$WORK/$name.log")" >&2
+    exit 1
+  fi
+done
+
+# The open dashboard: signs in with the root policy, then loads the entity list every INTERVAL
+# seconds until killed, counting its loads in $WORK/loads (one line each: entities, ms).
+cat > "$WORK/watch.py" <<'PY'
+import http.client, json, sys, time
+port, user, key, interval, log = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
+conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=30)
+conn.request("POST", "/$console/api/session", json.dumps({"policy": user, "key": key}),
+             {"Content-Type": "application/json"})
+answer = conn.getresponse()
+answer.read()
+if answer.status != 200:
+    sys.exit(f"console sign-in answered {answer.status}")
+cookie = answer.getheader("Set-Cookie").split(";")[0]
+with open(log, "a") as out:
+    while True:
+        started = time.monotonic()
+        conn.request("GET", "/$console/api/entities", headers={"Cookie": cookie})
+        answer = conn.getresponse()
+        body = json.loads(answer.read())
+        if answer.status != 200:
+            sys.exit(f"the dashboard's data answered {answer.status}: {body}")
+        took = time.monotonic() - started
+        print(len(body["entities"]), round(took * 1000, 1), file=out, flush=True)
+        time.sleep(max(0.0, interval - took))
+PY
+
+TICKS="$(getconf CLK_TCK)"
+
+# bench_run KIND: one run ("off" or "watched"); its JSON (plus CPU) is appended to $OUT.
+bench_run() {
+  local kind="$1" port pid load before after loads=0
+  case $kind in
+    off)     port=$PORT_OFF; pid=$OFF_PID;;
+    watched) port=$PORT_ON;  pid=$ON_PID
+             : > "$WORK/loads"
+             python3 "$WORK/watch.py" "$HTTP_ON" "$SAS_USER" "$SAS_KEY" "$INTERVAL" "$WORK/loads" &
+             WATCHER_PID=$!;;
+  esac
+  load="$(cut -d' ' -f1 /proc/loadavg)"
+  before="$(cpu_ticks "$pid")"
+  /usr/bin/time -f "%U %S" -o "$WORK/client.time" "$BENCH" --url "amqp://127.0.0.1:$port" \
+    --sasl-plain "$SAS_USER:$SAS_KEY" --address bench \
+    --producers "$PRODUCERS" --consumers "$CONSUMERS" --mode "$MODE" \
+    --accept-batch "$ACCEPT_BATCH" --messages "$MESSAGES" --size "$SIZE" --durable \
+    --window "$WINDOW" --credit "$CREDIT" --timeout "$TIMEOUT" --client "$CLIENT" \
+    > "$WORK/run.json" 2> "$WORK/run.err" || tail -2 "$WORK/run.err" >&2
+  after="$(cpu_ticks "$pid")"
+  if [ "$kind" = watched ]; then
+    if ! kill -0 "$WATCHER_PID" 2>/dev/null; then
+      wait "$WATCHER_PID" || true
+      echo "the dashboard client stopped during the run" >&2
+      exit 1
+    fi
+    kill "$WATCHER_PID"; wait "$WATCHER_PID" 2>/dev/null || true; WATCHER_PID=""
+    loads="$(wc -l < "$WORK/loads")"
+  fi
+  python3 - "$ROUND" "$kind" "$load" "$before" "$after" "$TICKS" "$WORK/client.time" \
+      "$WORK/run.json" "$loads" "$ENTITIES" "$WORK/loads" >> "$OUT" <<'PY'
+import json, statistics, sys
+rnd, kind, load, before, after, ticks, client_time, run, loads, entities, loads_log = sys.argv[1:]
+lines = open(run).read().splitlines()
+report = json.loads(lines[-1]) if lines else {"error": "no report"}
+user, system = (float(x) for x in open(client_time).read().split()[-2:])
+received = max(report.get("received", 0), 1)
+report.update(round=int(rnd), kind=kind, load=float(load),
+              complete=report.get("received") == (report.get("expected") or report.get("messages")),
+              broker_cpu_us_per_msg=(int(after) - int(before)) / int(ticks) * 1e6 / received,
+              client_cpu_us_per_msg=(user + system) * 1e6 / received,
+              dashboard_loads=int(loads))
+if int(loads):
+    rows = [line.split() for line in open(loads_log) if line.strip()]
+    if any(int(n) != int(entities) for n, _ in rows):
+        report.update(complete=False, error="a dashboard load did not list every entity")
+    report["dashboard_load_ms_median"] = statistics.median(float(ms) for _, ms in rows)
+print(json.dumps(report))
+PY
+  tail -1 "$OUT" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+print("round %d %-8s %8.0f recv/s  send %7.0f msg/s  p50 %7.1f ms  p99 %7.1f ms  broker %5.1f us/msg  client %5.1f us/msg  dashboard loads %3d  load %s%s" % (
+    r["round"], r["kind"], r.get("msgs_per_sec", 0), r.get("send_msgs_per_sec", 0),
+    r.get("p50_ms") or 0, r.get("p99_ms") or 0, r["broker_cpu_us_per_msg"],
+    r["client_cpu_us_per_msg"], r["dashboard_loads"], r["load"],
+    "" if r["complete"] else "  INCOMPLETE: " + str(r.get("error"))))'
+  sleep "$PAUSE"
+}
+
+: > "$OUT"
+for ROUND in $(seq "$ROUNDS"); do
+  # Alternate which kind goes first, so that neither always runs after the other.
+  if [ $((ROUND % 2)) = 1 ]; then bench_run off; bench_run watched
+  else bench_run watched; bench_run off; fi
+done
+
+python3 - "$OUT" <<'PY'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+print("\nmedians over complete runs (range); ratio = watched / off")
+medians = {}
+for kind in ("off", "watched"):
+    runs = [r for r in rows if r["kind"] == kind and r["complete"]]
+    if not runs:
+        print(f"{kind:8} no complete run")
+        continue
+    rate = [r["msgs_per_sec"] for r in runs]
+    med = lambda key: statistics.median(r.get(key) or 0 for r in runs)
+    medians[kind] = {"rate": statistics.median(rate), "cpu": med("broker_cpu_us_per_msg"),
+                     "p99": med("p99_ms")}
+    print(f"{kind:8} n={len(runs)} {medians[kind]['rate']:8.0f} ({min(rate):.0f}-{max(rate):.0f}) recv/s  "
+          f"send {med('send_msgs_per_sec'):7.0f} msg/s  p50 {med('p50_ms'):7.1f}  "
+          f"p99 {med('p99_ms'):7.1f} ms  broker {med('broker_cpu_us_per_msg'):5.1f}  "
+          f"client {med('client_cpu_us_per_msg'):5.1f} us/msg")
+if len(medians) == 2:
+    off, on = medians["off"], medians["watched"]
+    print(f"watched / off: rate {on['rate'] / off['rate']:.2f}, broker CPU per message "
+          f"{on['cpu'] / off['cpu']:.2f}, p99 {on['p99'] / off['p99']:.2f}")
+    pairs = {}
+    for r in rows:
+        if r["complete"]:
+            pairs.setdefault(r["round"], {})[r["kind"]] = r["msgs_per_sec"]
+    print("per-round rate ratios: " + ", ".join(
+        f"{p['watched'] / p['off']:.2f}" for _, p in sorted(pairs.items()) if len(p) == 2))
+PY
