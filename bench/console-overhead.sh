@@ -83,7 +83,7 @@ import http.client, json, sys, time
 port, user, key, interval, log = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
 conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=30)
 conn.request("POST", "/$console/api/session", json.dumps({"policy": user, "key": key}),
-             {"Content-Type": "application/json"})
+             {"Content-Type": "application/json", "Origin": f"http://127.0.0.1:{port}"})
 answer = conn.getresponse()
 answer.read()
 if answer.status != 200:
