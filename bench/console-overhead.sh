@@ -102,11 +102,9 @@ with open(log, "a") as out:
         time.sleep(max(0.0, interval - took))
 PY
 
-TICKS="$(getconf CLK_TCK)"
-
 # bench_run KIND: one run ("off" or "watched"); its JSON (plus CPU) is appended to $OUT.
 bench_run() {
-  local kind="$1" port pid load before after loads=0
+  local kind="$1" port pid load before after extra
   case $kind in
     off)     port=$PORT_OFF; pid=$OFF_PID;;
     watched) port=$PORT_ON;  pid=$ON_PID
@@ -130,36 +128,23 @@ bench_run() {
       exit 1
     fi
     kill "$WATCHER_PID"; wait "$WATCHER_PID" 2>/dev/null || true; WATCHER_PID=""
-    loads="$(wc -l < "$WORK/loads")"
   fi
-  python3 - "$ROUND" "$kind" "$load" "$before" "$after" "$TICKS" "$WORK/client.time" \
-      "$WORK/run.json" "$loads" "$ENTITIES" "$WORK/loads" >> "$OUT" <<'PY'
+  # The dashboard's loads: how many, their median time, and that each listed every entity.
+  extra="$(python3 - "$kind" "$ENTITIES" "$WORK/loads" <<'PY'
 import json, statistics, sys
-rnd, kind, load, before, after, ticks, client_time, run, loads, entities, loads_log = sys.argv[1:]
-lines = open(run).read().splitlines()
-report = json.loads(lines[-1]) if lines else {"error": "no report"}
-user, system = (float(x) for x in open(client_time).read().split()[-2:])
-received = max(report.get("received", 0), 1)
-report.update(round=int(rnd), kind=kind, load=float(load),
-              complete=report.get("received") == (report.get("expected") or report.get("messages")),
-              broker_cpu_us_per_msg=(int(after) - int(before)) / int(ticks) * 1e6 / received,
-              client_cpu_us_per_msg=(user + system) * 1e6 / received,
-              dashboard_loads=int(loads))
-if int(loads):
-    rows = [line.split() for line in open(loads_log) if line.strip()]
-    if any(int(n) != int(entities) for n, _ in rows):
-        report.update(complete=False, error="a dashboard load did not list every entity")
-    report["dashboard_load_ms_median"] = statistics.median(float(ms) for _, ms in rows)
-print(json.dumps(report))
+kind, entities, log = sys.argv[1:]
+if kind != "watched":
+    print(json.dumps({"dashboard_loads": 0}))
+    sys.exit()
+rows = [line.split() for line in open(log) if line.strip()]
+extra = {"dashboard_loads": len(rows),
+         "dashboard_load_ms": statistics.median(float(ms) for _, ms in rows) if rows else None}
+if not rows or any(int(n) != int(entities) for n, _ in rows):
+    extra.update(complete=False, error="no dashboard load, or one did not list every entity")
+print(json.dumps(extra))
 PY
-  tail -1 "$OUT" | python3 -c '
-import json, sys
-r = json.load(sys.stdin)
-print("round %d %-8s %8.0f recv/s  send %7.0f msg/s  p50 %7.1f ms  p99 %7.1f ms  broker %5.1f us/msg  client %5.1f us/msg  dashboard loads %3d  load %s%s" % (
-    r["round"], r["kind"], r.get("msgs_per_sec", 0), r.get("send_msgs_per_sec", 0),
-    r.get("p50_ms") or 0, r.get("p99_ms") or 0, r["broker_cpu_us_per_msg"],
-    r["client_cpu_us_per_msg"], r["dashboard_loads"], r["load"],
-    "" if r["complete"] else "  INCOMPLETE: " + str(r.get("error"))))'
+)"
+  record_run "$ROUND" "$kind" "$load" "$before" "$after" "$extra"
   sleep "$PAUSE"
 }
 

@@ -58,8 +58,6 @@ trap cleanup_server EXIT
 start_server "$PORT" "127.0.0.1:$HTTP" "$STORE" "$WORK/data" "$WORK/ironbus.log"
 await_server "$PORT" 150 "$WORK/ironbus.log" || true
 
-TICKS="$(getconf CLK_TCK)"
-
 # bench_run KIND: one run ("direct" or "forward"); its JSON (plus CPU) is appended to $OUT.
 bench_run() {
   local kind="$1" address from load before after
@@ -76,27 +74,7 @@ bench_run() {
     --window "$WINDOW" --credit "$CREDIT" --timeout "$TIMEOUT" --client "$CLIENT" \
     > "$WORK/run.json" 2> "$WORK/run.err" || tail -2 "$WORK/run.err" >&2
   after="$(cpu_ticks "$SERVER_PID")"
-  python3 - "$ROUND" "$kind" "$load" "$before" "$after" "$TICKS" "$WORK/client.time" \
-      "$WORK/run.json" >> "$OUT" <<'PY'
-import json, sys
-rnd, kind, load, before, after, ticks, client_time, run = sys.argv[1:]
-lines = open(run).read().splitlines()
-report = json.loads(lines[-1]) if lines else {"error": "no report"}
-user, system = (float(x) for x in open(client_time).read().split()[-2:])
-received = max(report.get("received", 0), 1)
-report.update(round=int(rnd), kind=kind, load=float(load),
-              complete=report.get("received") == (report.get("expected") or report.get("messages")),
-              broker_cpu_us_per_msg=(int(after) - int(before)) / int(ticks) * 1e6 / received,
-              client_cpu_us_per_msg=(user + system) * 1e6 / received)
-print(json.dumps(report))
-PY
-  tail -1 "$OUT" | python3 -c '
-import json, sys
-r = json.load(sys.stdin)
-print("round %d %-8s %8.0f recv/s  send %7.0f msg/s  p50 %7.1f ms  p99 %7.1f ms  broker %5.1f us/msg  client %5.1f us/msg  load %s%s" % (
-    r["round"], r["kind"], r.get("msgs_per_sec", 0), r.get("send_msgs_per_sec", 0),
-    r.get("p50_ms") or 0, r.get("p99_ms") or 0, r["broker_cpu_us_per_msg"],
-    r["client_cpu_us_per_msg"], r["load"], "" if r["complete"] else "  INCOMPLETE: " + str(r.get("error"))))'
+  record_run "$ROUND" "$kind" "$load" "$before" "$after"
   sleep "$PAUSE"
 }
 

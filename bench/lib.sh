@@ -121,3 +121,39 @@ cleanup_server() {
 cpu_ticks() { # pid
   awk '{print $14 + $15}' "/proc/$1/stat"
 }
+
+# One run of a two-kind comparison, after the load generator wrote $WORK/run.json (its report,
+# last line) and /usr/bin/time $WORK/client.time: appends the report to $OUT with the round, the
+# kind, the load average, whether every message arrived, and the broker's (ticks `before` and
+# `after`) and the client's CPU per message, with the fields of `extra` (a JSON object) over
+# them; then prints the run's line, the extra fields last.
+record_run() { # round kind load before after [extra]
+  local extra="${6:-}"
+  [ -n "$extra" ] || extra='{}'
+  python3 - "$1" "$2" "$3" "$4" "$5" "$extra" "$(getconf CLK_TCK)" "$WORK/client.time" \
+      "$WORK/run.json" >> "$OUT" <<'PY'
+import json, sys
+rnd, kind, load, before, after, extra, ticks, client_time, run = sys.argv[1:]
+lines = open(run).read().splitlines()
+report = json.loads(lines[-1]) if lines else {"error": "no report"}
+user, system = (float(x) for x in open(client_time).read().split()[-2:])
+received = max(report.get("received", 0), 1)
+report.update(round=int(rnd), kind=kind, load=float(load),
+              complete=report.get("received") == (report.get("expected") or report.get("messages")),
+              broker_cpu_us_per_msg=(int(after) - int(before)) / int(ticks) * 1e6 / received,
+              client_cpu_us_per_msg=(user + system) * 1e6 / received)
+extra = json.loads(extra)
+report.update(extra)
+report["extra"] = sorted(extra)
+print(json.dumps(report))
+PY
+  tail -1 "$OUT" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+shown = "".join(f"  {k} {r[k]}" for k in r["extra"] if k not in ("complete", "error"))
+print("round %d %-8s %8.0f recv/s  send %7.0f msg/s  p50 %7.1f ms  p99 %7.1f ms  broker %5.1f us/msg  client %5.1f us/msg%s  load %s%s" % (
+    r["round"], r["kind"], r.get("msgs_per_sec", 0), r.get("send_msgs_per_sec", 0),
+    r.get("p50_ms") or 0, r.get("p99_ms") or 0, r["broker_cpu_us_per_msg"],
+    r["client_cpu_us_per_msg"], shown, r["load"],
+    "" if r["complete"] else "  INCOMPLETE: " + str(r.get("error"))))'
+}
