@@ -155,32 +155,4 @@ for ROUND in $(seq "$ROUNDS"); do
   else bench_run watched; bench_run off; fi
 done
 
-python3 - "$OUT" <<'PY'
-import json, statistics, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-print("\nmedians over complete runs (range); ratio = watched / off")
-medians = {}
-for kind in ("off", "watched"):
-    runs = [r for r in rows if r["kind"] == kind and r["complete"]]
-    if not runs:
-        print(f"{kind:8} no complete run")
-        continue
-    rate = [r["msgs_per_sec"] for r in runs]
-    med = lambda key: statistics.median(r.get(key) or 0 for r in runs)
-    medians[kind] = {"rate": statistics.median(rate), "cpu": med("broker_cpu_us_per_msg"),
-                     "p99": med("p99_ms")}
-    print(f"{kind:8} n={len(runs)} {medians[kind]['rate']:8.0f} ({min(rate):.0f}-{max(rate):.0f}) recv/s  "
-          f"send {med('send_msgs_per_sec'):7.0f} msg/s  p50 {med('p50_ms'):7.1f}  "
-          f"p99 {med('p99_ms'):7.1f} ms  broker {med('broker_cpu_us_per_msg'):5.1f}  "
-          f"client {med('client_cpu_us_per_msg'):5.1f} us/msg")
-if len(medians) == 2:
-    off, on = medians["off"], medians["watched"]
-    print(f"watched / off: rate {on['rate'] / off['rate']:.2f}, broker CPU per message "
-          f"{on['cpu'] / off['cpu']:.2f}, p99 {on['p99'] / off['p99']:.2f}")
-    pairs = {}
-    for r in rows:
-        if r["complete"]:
-            pairs.setdefault(r["round"], {})[r["kind"]] = r["msgs_per_sec"]
-    print("per-round rate ratios: " + ", ".join(
-        f"{p['watched'] / p['off']:.2f}" for _, p in sorted(pairs.items()) if len(p) == 2))
-PY
+summarize_pair off watched

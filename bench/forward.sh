@@ -85,29 +85,4 @@ for ROUND in $(seq "$ROUNDS"); do
   else bench_run forward; bench_run direct; fi
 done
 
-python3 - "$OUT" "$STORE" <<'PY'
-import json, statistics, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-print(f"\nmedians over complete runs (range), store {sys.argv[2]}; ratio = forward / direct")
-medians = {}
-for kind in ("direct", "forward"):
-    runs = [r for r in rows if r["kind"] == kind and r["complete"]]
-    if not runs:
-        print(f"{kind:8} no complete run")
-        continue
-    rate = [r["msgs_per_sec"] for r in runs]
-    med = lambda key: statistics.median(r.get(key) or 0 for r in runs)
-    medians[kind] = statistics.median(rate)
-    print(f"{kind:8} n={len(runs)} {medians[kind]:8.0f} ({min(rate):.0f}-{max(rate):.0f}) recv/s  "
-          f"send {med('send_msgs_per_sec'):7.0f} msg/s  p50 {med('p50_ms'):7.1f}  "
-          f"p99 {med('p99_ms'):7.1f} ms  broker {med('broker_cpu_us_per_msg'):5.1f}  "
-          f"client {med('client_cpu_us_per_msg'):5.1f} us/msg")
-if len(medians) == 2:
-    print(f"forward / direct = {medians['forward'] / medians['direct']:.2f}")
-    pairs = {}
-    for r in rows:
-        if r["complete"]:
-            pairs.setdefault(r["round"], {})[r["kind"]] = r["msgs_per_sec"]
-    print("per-round ratios: " + ", ".join(
-        f"{p['forward'] / p['direct']:.2f}" for _, p in sorted(pairs.items()) if len(p) == 2))
-PY
+summarize_pair direct forward "store $STORE"

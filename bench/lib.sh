@@ -157,3 +157,40 @@ print("round %d %-8s %8.0f recv/s  send %7.0f msg/s  p50 %7.1f ms  p99 %7.1f ms 
     r["client_cpu_us_per_msg"], shown, r["load"],
     "" if r["complete"] else "  INCOMPLETE: " + str(r.get("error"))))'
 }
+
+# The end of a two-kind comparison: medians over the complete runs of each kind in $OUT (receive
+# rate with its range, send rate, p50, p99, broker and client CPU per message), then `other` /
+# `base` for the rate, the broker's CPU per message and p99, and the rate ratio of each round.
+summarize_pair() { # base other [note]
+  python3 - "$OUT" "$1" "$2" "${3:-}" <<'PY'
+import json, statistics, sys
+out, base, other, note = sys.argv[1:]
+rows = [json.loads(line) for line in open(out) if line.strip()]
+print(f"\nmedians over complete runs (range){', ' + note if note else ''}; ratio = {other} / {base}")
+medians = {}
+for kind in (base, other):
+    runs = [r for r in rows if r["kind"] == kind and r["complete"]]
+    if not runs:
+        print(f"{kind:8} no complete run")
+        continue
+    rate = [r["msgs_per_sec"] for r in runs]
+    med = lambda key: statistics.median(r.get(key) or 0 for r in runs)
+    medians[kind] = {"rate": statistics.median(rate), "cpu": med("broker_cpu_us_per_msg"),
+                     "p99": med("p99_ms")}
+    print(f"{kind:8} n={len(runs)} {medians[kind]['rate']:8.0f} ({min(rate):.0f}-{max(rate):.0f}) recv/s  "
+          f"send {med('send_msgs_per_sec'):7.0f} msg/s  p50 {med('p50_ms'):7.1f}  "
+          f"p99 {med('p99_ms'):7.1f} ms  broker {med('broker_cpu_us_per_msg'):5.1f}  "
+          f"client {med('client_cpu_us_per_msg'):5.1f} us/msg")
+if len(medians) == 2:
+    a, b = medians[base], medians[other]
+    ratio = lambda key: f"{b[key] / a[key]:.2f}" if a[key] else "n/a"
+    print(f"{other} / {base}: rate {ratio('rate')}, broker CPU per message {ratio('cpu')}, "
+          f"p99 {ratio('p99')}")
+    pairs = {}
+    for r in rows:
+        if r["complete"]:
+            pairs.setdefault(r["round"], {})[r["kind"]] = r["msgs_per_sec"]
+    print("per-round rate ratios: " + ", ".join(
+        f"{p[other] / p[base]:.2f}" for _, p in sorted(pairs.items()) if len(p) == 2))
+PY
+}
