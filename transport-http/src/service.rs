@@ -78,7 +78,7 @@ async fn dispatch(State(app): State<App>, request: Request) -> Response {
         tracing::error!(path = parts.uri.path(), "request handler panicked");
         Err(HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error"))
     });
-    let response = match handled {
+    let mut response = match handled {
         Ok(response) => response,
         Err(error) => {
             if error.status.is_server_error() {
@@ -98,7 +98,6 @@ async fn dispatch(State(app): State<App>, request: Request) -> Response {
     metrics::counter!(m::REQUESTS_TOTAL, "operation" => op, "outcome" => outcome).increment(1);
     metrics::histogram!(m::REQUEST_DURATION_SECONDS, "operation" => op)
         .record(started.elapsed().as_secs_f64());
-    let mut response = response;
     if !read.load(Ordering::Acquire) {
         // Answered without reading the body (refused before it was needed, as an unauthorized
         // send is): its bytes are still on the connection, so hyper closes it after this

@@ -2,16 +2,17 @@
 //! `--max-connections-per-ip` is answered 503 with Service Bus's error body naming the limit
 //! and closed; a closed connection gives its slot back.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ironbus_core::auth::Authorizer;
-use ironbus_core::Transport;
-use ironbus_core::{shutdown_signal, Broker, ManualClock, NamespaceLimits, ShutdownTrigger};
+use ironbus_core::{Broker, ManualClock, NamespaceLimits, ShutdownTrigger};
 use ironbus_store_memory::MemoryStore;
 use ironbus_transport_http::limits::ConnectionLimits;
-use ironbus_transport_http::{HttpConfig, HttpTransport};
+use ironbus_transport_http::HttpConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -25,12 +26,7 @@ async fn start(limits: ConnectionLimits) -> (SocketAddr, ShutdownTrigger) {
     .unwrap();
     let mut config = HttpConfig::new(Arc::new(Authorizer::development()));
     config.limits = limits;
-    let transport =
-        HttpTransport::bind(Some("127.0.0.1:0".parse().unwrap()), None, config).await.unwrap();
-    let addr = transport.plain_addr().unwrap();
-    let (trigger, shutdown) = shutdown_signal();
-    tokio::spawn(async move { Box::new(transport).serve(broker, shutdown).await });
-    (addr, trigger)
+    common::serve(broker, config).await
 }
 
 async fn connect_from(addr: SocketAddr, from: &str) -> TcpStream {
