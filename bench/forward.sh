@@ -58,8 +58,6 @@ trap cleanup_server EXIT
 start_server "$PORT" "127.0.0.1:$HTTP" "$STORE" "$WORK/data" "$WORK/ironbus.log"
 await_server "$PORT" 150 "$WORK/ironbus.log" || true
 
-TICKS="$(getconf CLK_TCK)"
-
 # bench_run KIND: one run ("direct" or "forward"); its JSON (plus CPU) is appended to $OUT.
 bench_run() {
   local kind="$1" address from load before after
@@ -76,27 +74,7 @@ bench_run() {
     --window "$WINDOW" --credit "$CREDIT" --timeout "$TIMEOUT" --client "$CLIENT" \
     > "$WORK/run.json" 2> "$WORK/run.err" || tail -2 "$WORK/run.err" >&2
   after="$(cpu_ticks "$SERVER_PID")"
-  python3 - "$ROUND" "$kind" "$load" "$before" "$after" "$TICKS" "$WORK/client.time" \
-      "$WORK/run.json" >> "$OUT" <<'PY'
-import json, sys
-rnd, kind, load, before, after, ticks, client_time, run = sys.argv[1:]
-lines = open(run).read().splitlines()
-report = json.loads(lines[-1]) if lines else {"error": "no report"}
-user, system = (float(x) for x in open(client_time).read().split()[-2:])
-received = max(report.get("received", 0), 1)
-report.update(round=int(rnd), kind=kind, load=float(load),
-              complete=report.get("received") == (report.get("expected") or report.get("messages")),
-              broker_cpu_us_per_msg=(int(after) - int(before)) / int(ticks) * 1e6 / received,
-              client_cpu_us_per_msg=(user + system) * 1e6 / received)
-print(json.dumps(report))
-PY
-  tail -1 "$OUT" | python3 -c '
-import json, sys
-r = json.load(sys.stdin)
-print("round %d %-8s %8.0f recv/s  send %7.0f msg/s  p50 %7.1f ms  p99 %7.1f ms  broker %5.1f us/msg  client %5.1f us/msg  load %s%s" % (
-    r["round"], r["kind"], r.get("msgs_per_sec", 0), r.get("send_msgs_per_sec", 0),
-    r.get("p50_ms") or 0, r.get("p99_ms") or 0, r["broker_cpu_us_per_msg"],
-    r["client_cpu_us_per_msg"], r["load"], "" if r["complete"] else "  INCOMPLETE: " + str(r.get("error"))))'
+  record_run "$ROUND" "$kind" "$load" "$before" "$after"
   sleep "$PAUSE"
 }
 
@@ -107,29 +85,4 @@ for ROUND in $(seq "$ROUNDS"); do
   else bench_run forward; bench_run direct; fi
 done
 
-python3 - "$OUT" "$STORE" <<'PY'
-import json, statistics, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-print(f"\nmedians over complete runs (range), store {sys.argv[2]}; ratio = forward / direct")
-medians = {}
-for kind in ("direct", "forward"):
-    runs = [r for r in rows if r["kind"] == kind and r["complete"]]
-    if not runs:
-        print(f"{kind:8} no complete run")
-        continue
-    rate = [r["msgs_per_sec"] for r in runs]
-    med = lambda key: statistics.median(r.get(key) or 0 for r in runs)
-    medians[kind] = statistics.median(rate)
-    print(f"{kind:8} n={len(runs)} {medians[kind]:8.0f} ({min(rate):.0f}-{max(rate):.0f}) recv/s  "
-          f"send {med('send_msgs_per_sec'):7.0f} msg/s  p50 {med('p50_ms'):7.1f}  "
-          f"p99 {med('p99_ms'):7.1f} ms  broker {med('broker_cpu_us_per_msg'):5.1f}  "
-          f"client {med('client_cpu_us_per_msg'):5.1f} us/msg")
-if len(medians) == 2:
-    print(f"forward / direct = {medians['forward'] / medians['direct']:.2f}")
-    pairs = {}
-    for r in rows:
-        if r["complete"]:
-            pairs.setdefault(r["round"], {})[r["kind"]] = r["msgs_per_sec"]
-    print("per-round ratios: " + ", ".join(
-        f"{p['forward'] / p['direct']:.2f}" for _, p in sorted(pairs.items()) if len(p) == 2))
-PY
+summarize_pair direct forward "store $STORE"

@@ -121,3 +121,76 @@ cleanup_server() {
 cpu_ticks() { # pid
   awk '{print $14 + $15}' "/proc/$1/stat"
 }
+
+# One run of a two-kind comparison, after the load generator wrote $WORK/run.json (its report,
+# last line) and /usr/bin/time $WORK/client.time: appends the report to $OUT with the round, the
+# kind, the load average, whether every message arrived, and the broker's (ticks `before` and
+# `after`) and the client's CPU per message, with the fields of `extra` (a JSON object) over
+# them; then prints the run's line, the extra fields last.
+record_run() { # round kind load before after [extra]
+  local extra="${6:-}"
+  [ -n "$extra" ] || extra='{}'
+  python3 - "$1" "$2" "$3" "$4" "$5" "$extra" "$(getconf CLK_TCK)" "$WORK/client.time" \
+      "$WORK/run.json" >> "$OUT" <<'PY'
+import json, sys
+rnd, kind, load, before, after, extra, ticks, client_time, run = sys.argv[1:]
+lines = open(run).read().splitlines()
+report = json.loads(lines[-1]) if lines else {"error": "no report"}
+user, system = (float(x) for x in open(client_time).read().split()[-2:])
+received = max(report.get("received", 0), 1)
+report.update(round=int(rnd), kind=kind, load=float(load),
+              complete=report.get("received") == (report.get("expected") or report.get("messages")),
+              broker_cpu_us_per_msg=(int(after) - int(before)) / int(ticks) * 1e6 / received,
+              client_cpu_us_per_msg=(user + system) * 1e6 / received)
+extra = json.loads(extra)
+report.update(extra)
+report["extra"] = sorted(extra)
+print(json.dumps(report))
+PY
+  tail -1 "$OUT" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+shown = "".join(f"  {k} {r[k]}" for k in r["extra"] if k not in ("complete", "error"))
+print("round %d %-8s %8.0f recv/s  send %7.0f msg/s  p50 %7.1f ms  p99 %7.1f ms  broker %5.1f us/msg  client %5.1f us/msg%s  load %s%s" % (
+    r["round"], r["kind"], r.get("msgs_per_sec", 0), r.get("send_msgs_per_sec", 0),
+    r.get("p50_ms") or 0, r.get("p99_ms") or 0, r["broker_cpu_us_per_msg"],
+    r["client_cpu_us_per_msg"], shown, r["load"],
+    "" if r["complete"] else "  INCOMPLETE: " + str(r.get("error"))))'
+}
+
+# The end of a two-kind comparison: medians over the complete runs of each kind in $OUT (receive
+# rate with its range, send rate, p50, p99, broker and client CPU per message), then `other` /
+# `base` for the rate, the broker's CPU per message and p99, and the rate ratio of each round.
+summarize_pair() { # base other [note]
+  python3 - "$OUT" "$1" "$2" "${3:-}" <<'PY'
+import json, statistics, sys
+out, base, other, note = sys.argv[1:]
+rows = [json.loads(line) for line in open(out) if line.strip()]
+print(f"\nmedians over complete runs (range){', ' + note if note else ''}; ratio = {other} / {base}")
+medians = {}
+for kind in (base, other):
+    runs = [r for r in rows if r["kind"] == kind and r["complete"]]
+    if not runs:
+        print(f"{kind:8} no complete run")
+        continue
+    rate = [r["msgs_per_sec"] for r in runs]
+    med = lambda key: statistics.median(r.get(key) or 0 for r in runs)
+    medians[kind] = {"rate": statistics.median(rate), "cpu": med("broker_cpu_us_per_msg"),
+                     "p99": med("p99_ms")}
+    print(f"{kind:8} n={len(runs)} {medians[kind]['rate']:8.0f} ({min(rate):.0f}-{max(rate):.0f}) recv/s  "
+          f"send {med('send_msgs_per_sec'):7.0f} msg/s  p50 {med('p50_ms'):7.1f}  "
+          f"p99 {med('p99_ms'):7.1f} ms  broker {med('broker_cpu_us_per_msg'):5.1f}  "
+          f"client {med('client_cpu_us_per_msg'):5.1f} us/msg")
+if len(medians) == 2:
+    a, b = medians[base], medians[other]
+    ratio = lambda key: f"{b[key] / a[key]:.2f}" if a[key] else "n/a"
+    print(f"{other} / {base}: rate {ratio('rate')}, broker CPU per message {ratio('cpu')}, "
+          f"p99 {ratio('p99')}")
+    pairs = {}
+    for r in rows:
+        if r["complete"]:
+            pairs.setdefault(r["round"], {})[r["kind"]] = r["msgs_per_sec"]
+    print("per-round rate ratios: " + ", ".join(
+        f"{p[other] / p[base]:.2f}" for _, p in sorted(pairs.items()) if len(p) == 2))
+PY
+}

@@ -155,6 +155,11 @@ pub(crate) struct PartitionCounts {
     /// Of `transfer`: send-via transfers (transactions' sends through this entity).
     pub send_via: u64,
     pub size_bytes: u64,
+    /// Messages accepted since the partition's state was last built (a restart or a rebuild
+    /// starts again from zero): with `outgoing_total`, what message rates are computed from.
+    pub incoming_total: u64,
+    /// Messages handed to receivers (locked or received-and-deleted) since then.
+    pub outgoing_total: u64,
 }
 
 /// A session lock granted to a receiver.
@@ -459,7 +464,7 @@ impl Partition {
         for state in self.states_mut() {
             // Counted only once written: a failed write's commands are answered with errors
             // and come again.
-            state.fx.tally.written(result.is_ok());
+            state.fx.tally.written(result.is_ok(), &mut state.totals);
             state.fx.complete(&result);
             if result.is_ok() {
                 state.drop_transient_bodies();

@@ -1212,3 +1212,34 @@ async fn batch_without_explicit_key_follows_first_message_id_with_duplicate_dete
         assert_eq!(seq.partition(true), want);
     }
 }
+
+/// Every partition counts what it accepted and handed out (duplicates and peeks are neither),
+/// and the queue's runtime sums them: what message rates are computed from.
+#[tokio::test]
+async fn partitions_count_messages_in_and_out_and_the_queue_sums_them() {
+    let f = Fixture::new().await;
+    f.create("q", QueueDescription { requires_duplicate_detection: true, ..partitioned() }).await;
+    for i in 0..10 {
+        f.enqueue("q", Message::new("m").with_message_id(format!("m{i}"))).await;
+    }
+    let again = f.send("q", Message::new("m").with_message_id("m0")).await.unwrap();
+    assert_eq!(again, SendOutcome::Duplicate);
+    assert_eq!(f.peek_everything("q").await.len(), 10);
+    let (_receiver, received) = f.receive_all("q", 4).await;
+    assert_eq!(received.len(), 4);
+    for m in &received {
+        guard(f.broker.complete("q", m.lock_token().unwrap())).await.expect("complete");
+    }
+
+    let runtime = f.runtime("q").await;
+    assert_eq!((runtime.incoming_messages_total, runtime.outgoing_messages_total), (10, 4));
+    let partitions = guard(f.broker.get_partition_runtimes("q")).await.unwrap();
+    let sum = |pick: fn(&ironbus_core::PartitionCountsView) -> u64| {
+        partitions.iter().map(|p| pick(p.counts.as_ref().unwrap())).sum::<u64>()
+    };
+    assert_eq!(sum(|c| c.incoming_messages_total), 10);
+    assert_eq!(sum(|c| c.outgoing_messages_total), 4);
+    assert!(
+        partitions.iter().filter(|p| p.counts.unwrap().incoming_messages_total > 0).count() > 1
+    );
+}

@@ -631,3 +631,42 @@ async fn the_topic_runtime_counts_its_subscriptions_rules_by_filter_kind() {
     let runtime = f.broker.get_topic_runtime(&path("t")).await.unwrap();
     assert_eq!((runtime.sql_filter_count, runtime.correlation_filter_count), (2, 1));
 }
+
+/// The totals message rates are computed from: a topic counts each message sent to it once
+/// (published at once or scheduled, not again when a scheduled one comes due), each
+/// subscription the copies it took and handed out.
+#[tokio::test]
+async fn a_topic_and_its_subscriptions_count_messages_in_and_out() {
+    let f = fixture().await;
+    f.topic("t", TopicDescription::default()).await;
+    f.subscription("t/Subscriptions/a").await;
+    f.subscription("t/Subscriptions/b").await;
+    let batch = (0..3).map(|i| Message::new("m").with_message_id(format!("m{i}"))).collect();
+    f.broker.send("t", batch).await.unwrap();
+    let at = f.clock.now().saturating_add(Duration::from_secs(60));
+    f.broker
+        .schedule("t", vec![Message::new("later").with_scheduled_enqueue_time(at)])
+        .await
+        .unwrap();
+    f.clock.advance(Duration::from_secs(61));
+    let mut copies = 0;
+    for _ in 0..100 {
+        copies = f.count("t/Subscriptions/a").await;
+        if copies == 4 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(copies, 4, "the scheduled message came due");
+
+    let receiver =
+        f.broker.open_receiver("t/Subscriptions/a", ReceiveMode::ReceiveAndDelete).await.unwrap();
+    receiver.add_credit(2);
+    for _ in 0..2 {
+        receiver.recv().await.unwrap();
+    }
+    let totals = |r: QueueRuntime| (r.incoming_messages_total, r.outgoing_messages_total);
+    assert_eq!(totals(f.broker.get_queue_runtime("t").await.unwrap()), (4, 0));
+    assert_eq!(totals(f.broker.get_queue_runtime("t/Subscriptions/a").await.unwrap()), (4, 2));
+    assert_eq!(totals(f.broker.get_queue_runtime("t/Subscriptions/b").await.unwrap()), (4, 0));
+}

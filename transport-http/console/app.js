@@ -11,7 +11,7 @@ const state = {
   session: null, // { policy, rights, csrf, namespace }
   timer: null,
   entities: [],
-  previous: null, // { at, totals: Map(path -> total) } for net rates
+  previous: null, // { at, totals: Map(path -> [incoming, outgoing]) } for message rates
   rates: new Map(),
   filter: '',
   kind: '',
@@ -245,15 +245,23 @@ function noListen() {
   return form;
 }
 
-/** Net change of each entity's message count per second since the last load (not a send rate). */
+/**
+ * Messages in and out per second of each entity since the last load, from the broker's totals
+ * (messages accepted, messages handed to receivers). A total that went down means the entity's
+ * partitions restarted: no rate until the next load.
+ */
 function sample(entities) {
   const now = performance.now();
-  const totals = new Map(entities.map((e) => [e.path, e.counts ? e.counts.total : 0]));
+  const totals = new Map(entities.filter((e) => e.counts).map((e) => [e.path, [e.counts.incoming, e.counts.outgoing]]));
   if (state.previous && now > state.previous.at) {
     const dt = (now - state.previous.at) / 1000;
-    for (const [path, total] of totals) {
+    for (const [path, [incoming, outgoing]] of totals) {
       const before = state.previous.totals.get(path);
-      if (before !== undefined) state.rates.set(path, (total - before) / dt);
+      if (before && incoming >= before[0] && outgoing >= before[1]) {
+        state.rates.set(path, [(incoming - before[0]) / dt, (outgoing - before[1]) / dt]);
+      } else {
+        state.rates.delete(path);
+      }
     }
   }
   state.previous = { at: now, totals };
@@ -269,8 +277,8 @@ function showHealth(health, limited) {
 function rateText(path) {
   const r = state.rates.get(path);
   if (r === undefined) return '–';
-  if (Math.abs(r) < 0.05) return '0';
-  return `${r > 0 ? '+' : ''}${r.toFixed(1)}`;
+  const one = (x) => (x < 0.05 ? '0' : x < 100 ? x.toFixed(1) : fmt(Math.round(x)));
+  return `${one(r[0])} / ${one(r[1])}`;
 }
 
 function drawTable(wrap, pager, count) {
@@ -292,7 +300,7 @@ function drawTable(wrap, pager, count) {
       h('td', { class: 'num hide-narrow' }, fmt(c.scheduled)),
       h('td', { class: 'num hide-narrow' }, fmt(c.transfer)),
       h('td', { class: 'num hide-narrow' }, bytes(e.sizeBytes)),
-      h('td', { class: 'num hide-narrow', title: 'Net change of the message count per second since the last refresh' }, rateText(e.path)),
+      h('td', { class: 'num hide-narrow', title: 'Messages in / out per second since the last refresh' }, rateText(e.path)),
       h('td', { class: 'num hide-narrow', title: limited ? `Unavailable partitions: ${(e.unavailablePartitions || []).join(', ')}` : 'Every partition answers' },
         h('span', { class: `badge ${limited ? 'bad' : 'ok'}` }, e.partitions ? `${e.partitions - (e.unavailablePartitions || []).length}/${e.partitions}` : (limited ? 'down' : 'up'))));
   }));
@@ -304,7 +312,7 @@ function drawTable(wrap, pager, count) {
       h('th', { scope: 'col' }, 'Name'), h('th', { scope: 'col', class: 'hide-narrow' }, 'Kind'), h('th', { scope: 'col', class: 'hide-narrow' }, 'Status'),
       h('th', { scope: 'col', class: 'num' }, 'Active'), h('th', { scope: 'col', class: 'num' }, 'Dead'),
       h('th', { scope: 'col', class: 'num hide-narrow' }, 'Sched.'), h('th', { scope: 'col', class: 'num hide-narrow' }, 'Transfer'),
-      h('th', { scope: 'col', class: 'num hide-narrow' }, 'Size'), h('th', { scope: 'col', class: 'num hide-narrow', title: 'Net change per second' }, 'Net/s'),
+      h('th', { scope: 'col', class: 'num hide-narrow' }, 'Size'), h('th', { scope: 'col', class: 'num hide-narrow', title: 'Messages in / out per second' }, 'In / out per s'),
       h('th', { scope: 'col', class: 'num hide-narrow' }, 'Partitions'))),
     body);
   if (!shown.length) body.append(h('tr', {}, h('td', { colspan: 10, class: 'muted' }, state.entities.length ? 'No entity matches the filter.' : 'No entities yet.')));
@@ -415,12 +423,15 @@ function partitionTable(rows) {
   return h('details', { class: 'panel', id: 'partitions' }, h('summary', {}, `Partitions (${rows.filter((p) => p.available).length} of ${rows.length} available)`),
     h('div', { class: 'table-wrap' }, h('table', {},
       h('thead', {}, h('tr', {}, h('th', { class: 'num' }, 'Partition'), h('th', {}, 'Status'), h('th', { class: 'num' }, 'Active'),
-        h('th', { class: 'num' }, 'Dead'), h('th', { class: 'num hide-narrow' }, 'Sched.'), h('th', { class: 'num hide-narrow' }, 'Size'))),
+        h('th', { class: 'num' }, 'Dead'), h('th', { class: 'num hide-narrow' }, 'Sched.'), h('th', { class: 'num hide-narrow' }, 'Size'),
+        h('th', { class: 'num hide-narrow', title: 'Messages accepted / handed to receivers since the partition started' }, 'In / out'))),
       h('tbody', {}, rows.map((p) => h('tr', { 'data-partition': p.partition },
         h('td', { class: 'num' }, p.partition),
         h('td', {}, h('span', { class: `badge ${p.available ? 'ok' : 'bad'}` }, p.available ? 'available' : 'unavailable')),
         h('td', { class: 'num' }, fmt(p.active)), h('td', { class: 'num' }, fmt(p.deadLetter)),
-        h('td', { class: 'num hide-narrow' }, fmt(p.scheduled)), h('td', { class: 'num hide-narrow' }, bytes(p.sizeBytes))))))));
+        h('td', { class: 'num hide-narrow' }, fmt(p.scheduled)), h('td', { class: 'num hide-narrow' }, bytes(p.sizeBytes)),
+        h('td', { class: 'num hide-narrow' }, p.available ? `${fmt(p.incoming)} / ${fmt(p.outgoing)}` : ''),
+      ))))));
 }
 
 function card(label, n, id, text) {

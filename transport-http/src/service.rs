@@ -10,7 +10,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::body::Body;
@@ -63,6 +66,7 @@ pub fn router(app: App) -> axum::Router {
 async fn dispatch(State(app): State<App>, request: Request) -> Response {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
+    let (body, read) = ReadToEnd::wrap(body);
     let app = match app.in_namespace(&parts).await {
         Ok(app) => app,
         Err(error) => return error.into_response(),
@@ -94,7 +98,51 @@ async fn dispatch(State(app): State<App>, request: Request) -> Response {
     metrics::counter!(m::REQUESTS_TOTAL, "operation" => op, "outcome" => outcome).increment(1);
     metrics::histogram!(m::REQUEST_DURATION_SECONDS, "operation" => op)
         .record(started.elapsed().as_secs_f64());
+    let mut response = response;
+    if !read.load(Ordering::Acquire) {
+        // Answered without reading the body (refused before it was needed, as an unauthorized
+        // send is): its bytes are still on the connection, so hyper closes it after this
+        // response. Saying so keeps a client from sending its next request on it.
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     response
+}
+
+/// A request body that records whether it was read to its end (or had nothing to read).
+struct ReadToEnd {
+    inner: Body,
+    read: Arc<AtomicBool>,
+}
+
+impl ReadToEnd {
+    fn wrap(inner: Body) -> (Body, Arc<AtomicBool>) {
+        let read = Arc::new(AtomicBool::new(hyper::body::Body::is_end_stream(&inner)));
+        (Body::new(ReadToEnd { inner, read: read.clone() }), read)
+    }
+}
+
+impl hyper::body::Body for ReadToEnd {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.read.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 fn xml(status: StatusCode, content_type: &'static str, body: String) -> Response {

@@ -329,6 +329,9 @@ async fn entities_are_listed_with_counts_and_edited() {
     assert_eq!(orders["kind"], "queue");
     assert_eq!(orders["counts"]["active"], 2);
     assert_eq!(orders["counts"]["deadLetter"], 0);
+    // The totals the dashboard's message rates come from.
+    assert_eq!(orders["counts"]["incoming"], 2);
+    assert_eq!(orders["counts"]["outgoing"], 0);
     assert_eq!(orders["availability"], "Available");
     let entity = client.get("/$console/api/entity?path=orders").await;
     assert_eq!(entity.body["properties"]["maxDeliveryCount"], 10);

@@ -1053,3 +1053,66 @@ async fn plain_routes_of_the_embedding_binary_are_served_beside_the_api() {
     assert_eq!(s.raw("GET /health", &[], b"").await.status, 200);
     assert_eq!(s.raw("GET /$custom/other", &[], b"").await.status, 401);
 }
+
+/// Reads one response (head and a `Content-Length` body) from a kept-alive connection.
+async fn read_response(stream: &mut tokio::net::TcpStream) -> Reply {
+    use tokio::io::AsyncReadExt;
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut byte))
+            .await
+            .expect("the server answers")
+            .unwrap();
+        assert_eq!(n, 1, "the connection ended inside a response head: {raw:?}");
+        raw.push(byte[0]);
+    }
+    let head = parse_reply(&raw);
+    let length: usize = head.header("content-length").map_or(0, |l| l.parse().unwrap());
+    let mut body = vec![0; length];
+    stream.read_exact(&mut body).await.unwrap();
+    Reply { body, ..head }
+}
+
+/// A request answered before its body was read (an unauthorized send) leaves the body's bytes
+/// on the connection, which the server then closes: the answer says `Connection: close`, so
+/// that a client does not send its next request on it (python's `requests` did, and got
+/// "Remote end closed connection without response"). A request whose body was read keeps the
+/// connection for the next one.
+#[tokio::test]
+async fn a_connection_closed_after_an_unread_body_says_so_and_a_read_one_stays_open() {
+    use tokio::io::AsyncWriteExt;
+    let server = start().await;
+    server.broker.create_queue("q", QueueDescription::default()).await.unwrap();
+    let send = |authorization: &str| {
+        format!(
+            "POST /q/messages HTTP/1.1\r\nHost: {}\r\nAuthorization: {authorization}\r\n\
+             Content-Length: 5\r\n\r\nhello",
+            server.addr
+        )
+    };
+
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(send("SharedAccessSignature sr=x&sig=y&se=1&skn=root").as_bytes())
+        .await
+        .unwrap();
+    let refused = read_response(&mut stream).await;
+    assert_eq!(refused.status, 401, "{}", refused.text());
+    assert_eq!(refused.header("connection"), Some("close"));
+
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    for _ in 0..2 {
+        stream.write_all(send(&root()).as_bytes()).await.unwrap();
+        let sent = read_response(&mut stream).await;
+        assert_eq!(sent.status, 201, "{}", sent.text());
+        assert_eq!(sent.header("connection"), None);
+    }
+    // Nothing to read (no body at all) is read to its end too.
+    let peek =
+        format!("GET /q HTTP/1.1\r\nHost: {}\r\nAuthorization: {}\r\n\r\n", server.addr, root());
+    stream.write_all(peek.as_bytes()).await.unwrap();
+    let described = read_response(&mut stream).await;
+    assert_eq!(described.status, 200, "{}", described.text());
+    assert_eq!(described.header("connection"), None);
+}

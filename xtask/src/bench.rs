@@ -12,8 +12,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let Some((target, rest)) = args.split_first() else {
         bail!(
             "`bench` needs a target: core, amqp, backlog, cluster, connections, side-by-side, \
-             instructions, fanout, filter-cost, sessions, forward, renew or console (see `cargo \
-             xtask help`)"
+             instructions, fanout, filter-cost, sessions, forward, renew, console or \
+             console-overhead (see `cargo xtask help`)"
         );
     };
     // Everything after the target goes to the benchmark; a leading `--` is accepted and dropped,
@@ -30,7 +30,13 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     }
     if matches!(
         target.as_str(),
-        "instructions" | "fanout" | "filter-cost" | "sessions" | "forward" | "renew"
+        "instructions"
+            | "fanout"
+            | "filter-cost"
+            | "sessions"
+            | "forward"
+            | "renew"
+            | "console-overhead"
     ) {
         return script(target, rest);
     }
@@ -49,7 +55,8 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         unknown => {
             bail!(
                 "unknown benchmark target `{unknown}`; known: core, amqp, backlog, cluster, \
-                 connections, side-by-side, instructions, fanout, filter-cost, sessions, forward, renew"
+                 connections, side-by-side, instructions, fanout, filter-cost, sessions, forward, \
+                 renew, console, console-overhead"
             )
         }
     };

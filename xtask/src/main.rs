@@ -88,6 +88,10 @@ tasks:
                         alternating rounds; env REVS, THREADS, MESSAGES, ROUNDS, OUT
     bench console       the dashboard's load with 1,000 entities in headless Chromium: the
                         API call and the page drawn, median and worst of 10 loads
+    bench console-overhead
+                        the message path with the console off against the console on with a
+                        dashboard loading every second, two RocksDB servers in alternating
+                        rounds (4 P / 4 C, durable 1 KiB); env ROUNDS, MESSAGES, ENTITIES, OUT
     compat [SUITE] [--store rocksdb|postgres] [--cluster] [-- ARGS]
                         run the SDK compatibility suites (python, js, rust; default all) against a
                         fresh ironbus (--cluster: 3 nodes on PostgreSQL, the clients spread over

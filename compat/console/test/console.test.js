@@ -60,6 +60,16 @@ test('sign in and browse 100 entities', async () => {
   await until(page, () => document.querySelectorAll('#entities tbody tr').length === 10);
   await page.fill('#filter', '');
   await page.waitForSelector('#entities tbody tr:nth-child(50)');
+  // Messages sent between two refreshes show as a rate in (nothing received: 0 out).
+  for (let i = 0; i < 20; i++) {
+    const sent = await pageApi(page, 'POST', 'messages?path=queue-003', { body: `m${i}` });
+    assert.equal(sent.status, 201, JSON.stringify(sent.body));
+  }
+  const rate = await until(page, () => {
+    const cell = document.querySelector('#entities tr[data-path="queue-003"] td[title^="Messages in"]');
+    return cell && /^[1-9][0-9.,]* \/ 0$/.test(cell.textContent) && cell.textContent;
+  }, null, 15_000);
+  assert.match(rate, /^[0-9.,]+ \/ 0$/);
   await page.screenshot({ path: screenshotPath('dashboard.png'), fullPage: false });
 });
 

@@ -75,6 +75,10 @@ pub struct PartitionCountsView {
     pub deferred_message_count: u64,
     pub transfer_message_count: u64,
     pub size_in_bytes: u64,
+    /// Messages accepted and handed to receivers since the partitions last started (a
+    /// restart starts again from zero): message rates are the change of these over time.
+    pub incoming_messages_total: u64,
+    pub outgoing_messages_total: u64,
 }
 
 /// A queue's runtime counts, summed over its partitions.
@@ -90,6 +94,10 @@ pub struct QueueRuntime {
     /// Total messages (active, deferred, scheduled, dead-lettered).
     pub total_message_count: u64,
     pub size_in_bytes: u64,
+    /// Messages accepted and handed to receivers since the partitions last started (a
+    /// restart starts again from zero): message rates are the change of these over time.
+    pub incoming_messages_total: u64,
+    pub outgoing_messages_total: u64,
     pub availability: Availability,
     /// Partitions that could not answer (their counts are missing from the sums).
     pub unavailable_partitions: Vec<PartitionId>,
@@ -143,6 +151,8 @@ impl Broker {
                     total.transfer += c.transfer;
                     total.transfer_dead_lettered += c.transfer_dead_lettered;
                     total.size_bytes += c.size_bytes;
+                    total.incoming_total += c.incoming_total;
+                    total.outgoing_total += c.outgoing_total;
                 }
                 Err(_) => unavailable.push(partition.id),
             }
@@ -162,6 +172,8 @@ impl Broker {
                 + total.transfer
                 + total.transfer_dead_lettered,
             size_in_bytes: total.size_bytes,
+            incoming_messages_total: total.incoming_total,
+            outgoing_messages_total: total.outgoing_total,
             availability: if unavailable.is_empty() {
                 Availability::Available
             } else {
@@ -191,6 +203,8 @@ impl Broker {
                     deferred_message_count: c.deferred,
                     transfer_message_count: c.transfer,
                     size_in_bytes: c.size_bytes,
+                    incoming_messages_total: c.incoming_total,
+                    outgoing_messages_total: c.outgoing_total,
                 }),
             })
             .collect())

@@ -438,6 +438,8 @@ pub(crate) fn encode_reply(reply: &LinkReply) -> Bytes {
                 c.transfer_dead_lettered,
                 c.send_via,
                 c.size_bytes,
+                c.incoming_total,
+                c.outgoing_total,
             ] {
                 w.u64(n);
             }
@@ -528,6 +530,8 @@ pub(crate) fn decode_reply(bytes: &[u8]) -> DecodeResult<LinkReply> {
             transfer_dead_lettered: r.u64()?,
             send_via: r.u64()?,
             size_bytes: r.u64()?,
+            incoming_total: r.u64()?,
+            outgoing_total: r.u64()?,
         }),
         8 => LinkReply::Failed(decode_error(&mut r)?),
         9 => LinkReply::Reserved(read_sequence_numbers(&mut r)?),

@@ -46,6 +46,7 @@ use super::locks::LockTable;
 use super::sessions::SessionId;
 pub(crate) use super::sessions::NOT_SESSIONFUL;
 use super::sub_queues::SubQueues;
+use super::tally::Totals;
 use super::transfer::TransferLedger;
 use super::{Command, PartitionCounts};
 use crate::dedup::DedupWindow;
@@ -108,6 +109,9 @@ pub(crate) struct PartitionState {
     /// delivery: what a store's write limits left over from the cycle the lock expired in
     /// (`process_due` goes on with them). Always empty without limits.
     pub(crate) lapsed: Vec<SequenceNumber>,
+    /// Messages in and out since this state was built, counted once their cycle's write
+    /// succeeded (see [`PartitionCounts::incoming_total`]).
+    pub(crate) totals: Totals,
     /// What the cycle under way decided; the actor carries it out.
     pub(crate) fx: Effects,
 }
@@ -143,6 +147,7 @@ impl PartitionState {
             published_transfers: std::sync::atomic::AtomicU64::new(0),
             forwarding_pending: false,
             lapsed: Vec::new(),
+            totals: Totals::default(),
             fx: Effects::new(journal),
         }
     }
@@ -326,7 +331,12 @@ impl PartitionState {
     }
 
     pub(crate) fn counts(&self) -> PartitionCounts {
-        let mut c = PartitionCounts { size_bytes: self.index.size_bytes, ..Default::default() };
+        let mut c = PartitionCounts {
+            size_bytes: self.index.size_bytes,
+            incoming_total: self.totals.incoming,
+            outgoing_total: self.totals.outgoing,
+            ..Default::default()
+        };
         for entry in self.index.messages[SubQueue::Main].values() {
             match entry.state {
                 MessageState::Active => c.active += 1,

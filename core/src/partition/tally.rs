@@ -24,6 +24,10 @@ pub(crate) struct Tally {
     pub(crate) filtered_out: u64,
     /// A subscription's lane: copies dead-lettered because a rule failed to evaluate.
     pub(crate) dead_lettered_filter: u64,
+    /// A topic's lane: messages sent to the topic and published to its subscriptions at once
+    /// (its scheduled ones count in `incoming`). They go into the lane's [`Totals`] only: in
+    /// the metrics, each subscription counts the copy it took.
+    pub(crate) published: u64,
     /// Set when the cycle ends ([`Tally::record`]): the labels its counts go under once its
     /// write succeeded ([`Tally::written`]).
     labels: Option<Labels>,
@@ -58,6 +62,13 @@ impl std::fmt::Debug for Meters {
     }
 }
 
+/// Messages in and out of a lane since its state was built: [`Tally`]s added once written.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Totals {
+    pub(crate) incoming: u64,
+    pub(crate) outgoing: u64,
+}
+
 #[derive(Debug)]
 struct Labels {
     entity_kind: &'static str,
@@ -84,15 +95,17 @@ impl Tally {
             + self.outgoing
             + self.settlements.iter().sum::<u64>()
             + self.filtered_out
-            + self.dead_lettered_filter;
+            + self.dead_lettered_filter
+            + self.published;
         if counted > 0 {
             self.labels = Some(Labels { entity_kind, subscription: subscription.map(Arc::from) });
         }
     }
 
     /// The cycle's write is done: if it succeeded, its counts go to the metrics under the
-    /// labels [`Tally::record`] gave; either way the tally starts again from zero.
-    pub(crate) fn written(&mut self, succeeded: bool) {
+    /// labels [`Tally::record`] gave, and into the lane's `totals`; either way the tally starts
+    /// again from zero.
+    pub(crate) fn written(&mut self, succeeded: bool, totals: &mut Totals) {
         let meters = self.meters.take();
         let tally = std::mem::take(self);
         self.meters = meters;
@@ -100,6 +113,8 @@ impl Tally {
         if !succeeded {
             return;
         }
+        totals.incoming += tally.incoming + tally.published;
+        totals.outgoing += tally.outgoing;
         if let Some(entity) = subscription.as_deref() {
             let per = [
                 (m::SUBSCRIPTION_MESSAGES_INCOMING_TOTAL, tally.incoming),

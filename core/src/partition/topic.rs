@@ -246,7 +246,10 @@ impl TopicPart {
                     self.pinned.insert(seq, message);
                     self.refs.insert(seq, 1);
                 }
-                Some(route) => self.fan_out(topic, seq, &message, route, now),
+                Some(route) => {
+                    topic.fx.tally.published += 1;
+                    self.fan_out(topic, seq, &message, route, now);
+                }
             }
             outcomes.push(SendOutcome::Enqueued(seq));
         }

@@ -149,6 +149,8 @@ pub(super) async fn get(call: &Call) -> ApiResult {
                     "deferred": c.deferred_message_count,
                     "transfer": c.transfer_message_count,
                     "sizeBytes": c.size_in_bytes,
+                    "incoming": c.incoming_messages_total,
+                    "outgoing": c.outgoing_messages_total,
                 }),
                 None => json!({ "partition": p.partition.0, "available": false }),
             })

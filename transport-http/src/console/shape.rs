@@ -46,6 +46,8 @@ pub(super) fn counts(runtime: &QueueRuntime) -> Value {
         "transfer": runtime.transfer_message_count,
         "transferDeadLetter": runtime.transfer_dead_letter_message_count,
         "total": runtime.total_message_count,
+        "incoming": runtime.incoming_messages_total,
+        "outgoing": runtime.outgoing_messages_total,
     })
 }
 

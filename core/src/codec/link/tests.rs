@@ -148,6 +148,18 @@ fn replies_round_trip_errors_included() {
         LinkReply::Settled(vec![Ok(()), Err(BrokerError::MessageLockLost)]),
         LinkReply::Renewed(Timestamp::from_millis(1234)),
         LinkReply::Deleted(4000),
+        LinkReply::Counts(PartitionCounts {
+            active: 1,
+            deferred: 2,
+            scheduled: 3,
+            dead_lettered: 4,
+            transfer: 5,
+            transfer_dead_lettered: 6,
+            send_via: 7,
+            size_bytes: 8,
+            incoming_total: 9,
+            outgoing_total: 10,
+        }),
         LinkReply::Stats(vec![(
             4,
             2,
