@@ -248,6 +248,8 @@ struct Partition {
     deposed: bool,
     /// Told to stop (`Command::Stop`): acknowledged once stopped.
     stopped: Option<oneshot::Sender<()>>,
+    /// The store-write metrics, registered at the first write and kept.
+    meters: Option<(metrics::Counter, metrics::Histogram)>,
 }
 
 impl fmt::Debug for Partition {
@@ -293,6 +295,7 @@ impl Partition {
             fence,
             deposed: false,
             stopped,
+            meters: None,
         }
     }
 
@@ -434,10 +437,14 @@ impl Partition {
                 bytes += fence.guard_bytes();
             }
             debug_assert_eq!(bytes, batch.bytes(), "the journals count what their batches do");
-            metrics::counter!(m::STORE_WRITTEN_BYTES_TOTAL).increment(bytes as u64);
+            let (written, duration) = self.meters.get_or_insert_with(|| {
+                let written = metrics::counter!(m::STORE_WRITTEN_BYTES_TOTAL);
+                (written, metrics::histogram!(m::STORE_WRITE_DURATION_SECONDS))
+            });
+            written.increment(bytes as u64);
             let stopwatch = m::Stopwatch::start();
             result = self.cx.store.write(batch).await;
-            metrics::histogram!(m::STORE_WRITE_DURATION_SECONDS).record(stopwatch.seconds());
+            duration.record(stopwatch.seconds());
         }
         let probe = self.states_mut().fold(false, |p, s| std::mem::take(&mut s.fx.probe) | p);
         if result.is_ok() && probe {

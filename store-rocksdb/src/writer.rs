@@ -11,6 +11,13 @@
 //! requests accepted before it in the group is accepted; one whose guard does not hold is
 //! answered with `Conflict` and left out of the group's write, and the others still commit. A
 //! group without guards takes the path it always took: no read, no overlay, no allocation.
+//!
+//! A group's puts and deletes reach RocksDB sorted by key (a stable sort: operations on one key
+//! keep their order, so the group ends in the same state), unless the group holds a range
+//! delete, which must stay after the writes it covers and before those it does not. RocksDB's
+//! memtable is a skip list that inserts cheaply next to the key it inserted last; in arrival
+//! order a group hops between partitions and between each message's body and meta record, and
+//! every hop searched the list afresh (a tenth of the broker's instructions per message).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -60,19 +67,34 @@ impl Shared {
     }
 }
 
-/// Appends `batch` to `group`, every key under the data tag. Empty ranges are dropped (they
-/// remove nothing, and RocksDB must not see an inverted range).
-fn append(group: &mut rocksdb::WriteBatch, batch: &WriteBatch) {
-    for op in batch.ops() {
-        match op {
-            BatchOp::Put { key, value } => group.put(data_key(key), value),
-            BatchOp::Delete { key } => group.delete(data_key(key)),
-            BatchOp::DeleteRange { start, end } => {
-                if let Some((start, end)) = data_range(start, end) {
-                    group.delete_range(start, end);
-                }
+/// Appends `op` to `group`, its keys under the data tag. An empty range is dropped (it removes
+/// nothing, and RocksDB must not see an inverted range).
+fn append(group: &mut rocksdb::WriteBatch, op: &BatchOp) {
+    match op {
+        BatchOp::Put { key, value } => group.put(data_key(key), value),
+        BatchOp::Delete { key } => group.delete(data_key(key)),
+        BatchOp::DeleteRange { start, end } => {
+            if let Some((start, end)) = data_range(start, end) {
+                group.delete_range(start, end);
             }
         }
+    }
+}
+
+/// The operations of `batches` in the order the group writes them: by key (stably) when there
+/// is no range delete among them, else as they came (see the module docs).
+fn in_write_order<'a>(batches: impl Iterator<Item = &'a WriteBatch>) -> Vec<&'a BatchOp> {
+    let mut ops: Vec<&BatchOp> = batches.flat_map(|batch| batch.ops()).collect();
+    if !ops.iter().any(|op| matches!(op, BatchOp::DeleteRange { .. })) {
+        ops.sort_by(|a, b| point_key(a).cmp(point_key(b)));
+    }
+    ops
+}
+
+fn point_key(op: &BatchOp) -> &[u8] {
+    match op {
+        BatchOp::Put { key, .. } | BatchOp::Delete { key } => key,
+        BatchOp::DeleteRange { start, .. } => start,
     }
 }
 
@@ -166,8 +188,8 @@ fn commit<'a>(
     shared: &Shared,
 ) -> Result<(), StoreError> {
     let mut merged = rocksdb::WriteBatch::default();
-    for batch in batches {
-        append(&mut merged, batch);
+    for op in in_write_order(batches) {
+        append(&mut merged, op);
     }
     if merged.is_empty() {
         return Ok(());
@@ -287,6 +309,81 @@ mod tests {
         assert_eq!(stored(&db, b"after").as_deref(), Some(&b"4"[..]));
         assert_eq!(shared.commits.load(Ordering::Relaxed), 2, "one write per group");
         assert_eq!(shared.batches.load(Ordering::Relaxed), 1 + 7, "refused batches not counted");
+    }
+
+    #[test]
+    fn a_group_written_in_key_order_ends_as_its_requests_in_arrival_order_would() {
+        let dir = TempDir::new("rocks-writer-order");
+        let db = DB::open_default(dir.path()).unwrap();
+        let shared = Shared::new();
+        let group = vec![
+            request(|b| {
+                b.put(&b"c"[..], &b"1"[..]);
+                b.put(&b"a"[..], &b"1"[..]);
+            }),
+            request(|b| {
+                b.delete(&b"a"[..]);
+                b.put(&b"b"[..], &b"2"[..]);
+                b.put(&b"c"[..], &b"2"[..]);
+            }),
+            request(|b| {
+                b.put(&b"a"[..], &b"3"[..]);
+                b.delete(&b"c"[..]);
+            }),
+        ];
+        assert_eq!(commit_as_one_group(&db, &shared, group), ["ok", "ok", "ok"]);
+        assert_eq!(stored(&db, b"a").as_deref(), Some(&b"3"[..]), "the last write of a wins");
+        assert_eq!(stored(&db, b"b").as_deref(), Some(&b"2"[..]));
+        assert_eq!(stored(&db, b"c"), None, "the last write of c, a delete, wins");
+    }
+
+    #[test]
+    fn a_range_delete_keeps_its_place_among_the_groups_writes() {
+        let dir = TempDir::new("rocks-writer-range-order");
+        let db = DB::open_default(dir.path()).unwrap();
+        let shared = Shared::new();
+        let group = vec![
+            request(|b| b.put(&b"r/b"[..], &b"before"[..])),
+            request(|b| b.delete_range(&b"r/"[..], &b"r0"[..])),
+            request(|b| b.put(&b"r/a"[..], &b"after"[..])),
+        ];
+        assert_eq!(commit_as_one_group(&db, &shared, group), ["ok", "ok", "ok"]);
+        assert_eq!(stored(&db, b"r/b"), None, "written before the range: deleted by it");
+        assert_eq!(stored(&db, b"r/a").as_deref(), Some(&b"after"[..]), "written after it");
+    }
+
+    #[test]
+    fn write_order_is_by_key_and_stable_unless_a_range_delete_is_in_the_group() {
+        let keys = |ops: Vec<&BatchOp>| -> Vec<String> {
+            ops.iter()
+                .map(|op| match op {
+                    BatchOp::Put { key, value } => format!(
+                        "put {}={}",
+                        String::from_utf8_lossy(key),
+                        String::from_utf8_lossy(value)
+                    ),
+                    BatchOp::Delete { key } => format!("delete {}", String::from_utf8_lossy(key)),
+                    BatchOp::DeleteRange { start, .. } => {
+                        format!("range {}", String::from_utf8_lossy(start))
+                    }
+                })
+                .collect()
+        };
+        let mut first = WriteBatch::new();
+        first.put(&b"b"[..], &b"1"[..]);
+        first.put(&b"a"[..], &b"1"[..]);
+        let mut second = WriteBatch::new();
+        second.delete(&b"b"[..]);
+        second.put(&b"a"[..], &b"2"[..]);
+        assert_eq!(
+            keys(in_write_order([&first, &second].into_iter())),
+            ["put a=1", "put a=2", "put b=1", "delete b"]
+        );
+        second.delete_range(&b"a"[..], &b"c"[..]);
+        assert_eq!(
+            keys(in_write_order([&first, &second].into_iter())),
+            ["put b=1", "put a=1", "delete b", "put a=2", "range a"]
+        );
     }
 
     #[test]

@@ -22,6 +22,8 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::guard::{self, Limits};
 
+mod hot;
+
 /// Frame type of AMQP frames.
 const TYPE_AMQP: u8 = 0x00;
 /// Frame type of SASL frames.
@@ -203,10 +205,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         let body = frame.split_to(end).freeze();
         match kind {
             TYPE_AMQP => {
-                let performative = match serde_amqp::from_slice::<Performative>(&body) {
-                    Ok(p) => p,
-                    Err(e) => lenient::disposition(&body)
-                        .ok_or_else(|| FrameError::Decode(e.to_string()))?,
+                // Transfers and dispositions by hand (`hot.rs`), the rest through serde_amqp.
+                let performative = match hot::decode(&body) {
+                    Some(p) => p,
+                    None => match serde_amqp::from_slice::<Performative>(&body) {
+                        Ok(p) => p,
+                        Err(e) => lenient::disposition(&body)
+                            .ok_or_else(|| FrameError::Decode(e.to_string()))?,
+                    },
                 };
                 Ok(InFrame::Amqp {
                     channel,
@@ -285,7 +291,52 @@ pub fn delivery_transfer(handle: u32, delivery_id: u32, tag: Vec<u8>, settled: b
 /// Appends a transfer, split into as many frames as `max_frame_size` needs; the first frame
 /// carries the delivery fields, continuations only the handle (and `more`). Returns the number
 /// of frames written (each uses one transfer id of the session).
+///
+/// A delivery's transfer (nothing past its first six fields) is written by hand (`hot.rs`),
+/// others through serde_amqp.
 pub fn write_transfer(
+    out: &mut BytesMut,
+    channel: u16,
+    transfer: Transfer,
+    mut payload: Bytes,
+    max_frame_size: u32,
+) -> u32 {
+    if !hot::writable(&transfer) {
+        return write_transfer_serialized(out, channel, transfer, payload, max_frame_size);
+    }
+    let continuation = Transfer {
+        handle: Handle(transfer.handle.0),
+        delivery_id: None,
+        delivery_tag: None,
+        message_format: None,
+        settled: None,
+        more: true,
+        rcv_settle_mode: None,
+        state: None,
+        resume: false,
+        aborted: false,
+        batchable: false,
+    };
+    let mut performative = &transfer;
+    let mut frames = 0;
+    loop {
+        frames += 1;
+        let start = begin_frame(out, TYPE_AMQP, channel);
+        let more_at = hot::put_transfer(out, performative);
+        let room = (max_frame_size as usize).saturating_sub(out.len() - start).max(1);
+        let last = payload.len() <= room;
+        hot::set_more(out, more_at, !last);
+        out.extend_from_slice(&payload.split_to(room.min(payload.len())));
+        end_frame(out, start);
+        if last {
+            return frames;
+        }
+        performative = &continuation;
+    }
+}
+
+/// [`write_transfer`] through serde_amqp, for a transfer with a state or flags past `more`.
+fn write_transfer_serialized(
     out: &mut BytesMut,
     channel: u16,
     transfer: Transfer,

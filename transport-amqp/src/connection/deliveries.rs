@@ -245,6 +245,12 @@ impl Connection {
             let (items, answers): (Vec<_>, Vec<_>) =
                 same.into_iter().map(|s| ((s.token, s.disposition), s.answer)).unzip();
             let outcomes = self.cx.broker.start_settle_many(address, items);
+            if answers.iter().all(|answer| answer.echo.is_none()) {
+                // Settled by the client: nothing to echo, so the answers are not awaited (the
+                // requests are queued on their partitions already), and their arrival does not
+                // wake this loop.
+                continue;
+            }
             self.pending.push(Box::pin(async move {
                 let outcomes = outcomes.await;
                 Event::Settled(
