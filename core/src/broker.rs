@@ -49,11 +49,11 @@ pub use sessions::SessionReceiver;
 pub use topics::TopicRuntime;
 pub use transactions::Transaction;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use foldhash::{HashMap, HashMapExt};
 use tokio::sync::oneshot;
 
 use crate::address::EntityPath;

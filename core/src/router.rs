@@ -53,7 +53,7 @@ impl RoundRobin {
     /// Partitions to try for the next keyless message, in order: every partition once,
     /// starting with the next one in turn. The caller skips those it knows are unavailable
     /// and moves on when a send fails because a partition turned out to be unavailable.
-    pub fn order(&self, partitions: u16) -> impl Iterator<Item = PartitionId> {
+    pub fn order(&self, partitions: u16) -> impl Iterator<Item = PartitionId> + Clone {
         let n = usize::from(partitions.max(1));
         let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
         (0..n).map(move |i| PartitionId(((start + i) % n) as u16))

@@ -18,9 +18,17 @@ pub(crate) const DATA_END: [u8; 1] = [DATA_TAG + 1];
 /// The RocksDB key for the core's `key`.
 pub(crate) fn data_key(key: &[u8]) -> Vec<u8> {
     let mut stored = Vec::with_capacity(key.len() + 1);
-    stored.push(DATA_TAG);
-    stored.extend_from_slice(key);
+    data_key_in(&mut stored, key);
     stored
+}
+
+/// The RocksDB key for the core's `key`, written into `buffer` (replacing what it held): one
+/// buffer serves every key of a group write.
+pub(crate) fn data_key_in<'a>(buffer: &'a mut Vec<u8>, key: &[u8]) -> &'a [u8] {
+    buffer.clear();
+    buffer.push(DATA_TAG);
+    buffer.extend_from_slice(key);
+    buffer
 }
 
 /// The RocksDB bounds `[start, end)` of the core's range `[start, end)`, as

@@ -53,7 +53,6 @@ mod session;
 mod transactions;
 mod transfers;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -65,6 +64,7 @@ use bytes::{Bytes, BytesMut};
 use fe2o3_amqp_types::definitions::{ConnectionError, Error as AmqpErrorValue, ErrorCondition};
 use fe2o3_amqp_types::messaging::{DeliveryState, Rejected};
 use fe2o3_amqp_types::performatives::{Close, Open, Performative};
+use foldhash::{HashMap, HashMapExt};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use ironbus_core::auth::Authorizer;

@@ -222,28 +222,37 @@ impl Drop for Reservation {
 /// known to be unavailable last, and those that turn out to be so on the way. The first
 /// attempt is queued before this returns.
 fn send_round_robin(entity: Arc<EntityHandle>, messages: Vec<Arc<Message>>) -> SendFuture {
-    let order: Vec<PartitionId> =
-        entity.round_robin.order(entity.partitions.len() as u16).collect();
-    let (up, down): (Vec<_>, Vec<_>) = order
-        .into_iter()
-        .partition(|p| entity.partition(*p).is_some_and(|h| h.shared.is_available()));
-    let mut order = up.into_iter().chain(down);
-    let first = order.next().expect("an entity has at least one partition");
+    let rotation = entity.round_robin.order(entity.partitions.len() as u16);
+    // The usual case, without collecting the order: the first partition in turn that is
+    // available, or the first in turn when none is.
+    let first =
+        rotation.clone().find(|p| available(&entity, *p)).or_else(|| rotation.clone().next());
+    let first = first.expect("an entity has at least one partition");
     let first_try = entity
         .partition(first)
         .expect("order stays within the entity")
         .ask(|reply| Command::Send { messages: messages.clone(), reply });
     Box::pin(async move {
         let mut outcome = first_try.await;
-        for partition in order {
+        if !matches!(outcome, Err(BrokerError::PartitionUnavailable { .. })) {
+            return outcome;
+        }
+        // The rest, as they are now: the available ones in turn, then the others.
+        let (up, down): (Vec<_>, Vec<_>) =
+            rotation.filter(|p| *p != first).partition(|p| available(&entity, *p));
+        for partition in up.into_iter().chain(down) {
+            let handle = entity.partition(partition).expect("order stays within the entity");
+            outcome = handle.ask(|reply| Command::Send { messages: messages.clone(), reply }).await;
             if !matches!(outcome, Err(BrokerError::PartitionUnavailable { .. })) {
                 break;
             }
-            let handle = entity.partition(partition).expect("order stays within the entity");
-            outcome = handle.ask(|reply| Command::Send { messages: messages.clone(), reply }).await;
         }
         outcome
     })
+}
+
+fn available(entity: &EntityHandle, partition: PartitionId) -> bool {
+    entity.partition(partition).is_some_and(|h| h.shared.is_available())
 }
 
 /// Whether the entity refuses a message without a SessionId: a session-enabled queue does; a

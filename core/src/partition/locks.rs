@@ -3,7 +3,9 @@
 //! Locks live in memory only: a rebuild or a restart releases them (the messages are delivered
 //! again). The lock itself is also kept in its message's index entry, which delivery reads.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use foldhash::HashMap;
 
 use crate::error::{BrokerError, Result};
 use crate::message::MessageLock;

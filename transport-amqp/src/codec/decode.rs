@@ -66,7 +66,11 @@ pub fn decode_message(payload: Bytes) -> Result<Message> {
         .iter()
         .map(|kept| kept.as_ref().map_or(0, |(_, body)| body.len() + 9))
         .sum::<usize>();
-    let mut raw = BytesMut::with_capacity(3 + annotations_len + bare_len + 8);
+    // An assigned message-id makes the properties section a list32 with the id in front: at
+    // most its header (3), sizes (8) and the id's string header (2) more than the client's
+    // section, or all of that and an empty list when it sent none.
+    let id_len = assigned_id.as_ref().map_or(0, |id| 16 + id.len());
+    let mut raw = BytesMut::with_capacity(3 + annotations_len + bare_len + id_len + 8);
     raw.put_u8(RAW_VERSION);
     let mut flags = 0;
     if let Some(durable) = durable {

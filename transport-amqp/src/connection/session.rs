@@ -1,7 +1,7 @@
 //! Sessions: Begin and End, and the flow frames that carry the session's windows (and a link's
 //! credit when they name one).
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use fe2o3_amqp_types::definitions::Handle;
 use fe2o3_amqp_types::performatives::{Begin, End, Flow, Performative};
