@@ -26,11 +26,14 @@ mod properties;
 mod tests;
 
 pub(crate) use bookkeeping::{
-    decode_dedup, decode_partition, decode_session_state, decode_transfer_record, encode_dedup,
-    encode_partition, encode_session_state, encode_transfer_record,
+    decode_dedup, decode_partition, decode_partition_record, decode_session_state,
+    decode_transfer_record, encode_dedup, encode_partition, encode_partition_record,
+    encode_session_state, encode_transfer_record,
 };
 pub(crate) use entity::{decode_entity, encode_entity, EntityRecord};
 pub(crate) use message::{decode_body, decode_meta, encode_body, encode_meta, MessageMeta};
 
 /// The first version of every record layout.
 const V1: u8 = 1;
+/// The second: a partition's record with its main queue's floor.
+const V2: u8 = 2;

@@ -8,7 +8,7 @@
 //! n v                                     namespace version: moves with every management write
 //! n a <entity id u64>                     the entity's last activity as stored (ms, i64
 //!                                         big-endian; AutoDeleteOnIdle, `broker/idle.rs`)
-//! p <entity id u64> <partition u16> s     partition record (sequence counter)
+//! p <entity id u64> <partition u16> s     partition record (sequence counter, main-queue floor)
 //! p <entity id u64> <partition u16> b <seq u64>   message body (what the sender sent; written once)
 //! p <entity id u64> <partition u16> m <seq u64>   meta record of a message in the main queue
 //! p <entity id u64> <partition u16> d <seq u64>   meta record of a message in the dead-letter queue
@@ -33,8 +33,10 @@
 //! **Architecture Invariant:** integers in keys are big-endian so byte order is numeric order;
 //! everything of one partition shares the prefix [`partition_prefix`], and everything of one
 //! entity the prefix [`entity_prefix`], so deleting either is one range delete. A message has
-//! exactly one meta record (in one sub-queue) exactly as long as it has a body record; bodies
-//! sort by sequence number, so the head of a backlog is one contiguous range. Entity ids are
+//! exactly one live meta record (in one sub-queue) exactly as long as it has a body record; a
+//! main-queue meta record below the partition record's floor is not live (it is a settled
+//! message's, left for a sweep: `partition/journal.rs`); bodies sort by sequence number, so the
+//! head of a backlog is one contiguous range. Entity ids are
 //! never reused, so a queue deleted and created again never sees the old one's records. A
 //! rebuild scans each tag's prefix, never the whole partition, so it never reads the fence.
 

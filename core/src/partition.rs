@@ -268,6 +268,7 @@ impl Partition {
             PartitionState::new(journal, cx.partition, cx.description.clone(), cx.cache.clone());
         let topic = cx.topic.take().map(|(lanes, filtering)| {
             state.shared_bodies = true;
+            state.fx.journal.keep_no_floor();
             state.entity_kind = "topic";
             let mut topic =
                 TopicPart::new(cx.entity_name.clone(), filtering, cx.metrics_entity_labels);

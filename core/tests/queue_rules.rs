@@ -1853,15 +1853,8 @@ async fn crash_and_reopen() -> Recovered {
     let dead_peeked_before = old.peek_all(DLQ).await;
     let runtime_before = old.runtime().await;
 
-    old.broker.shutdown();
     // The old partitions have stopped once they close their receivers.
-    let end = tokio::time::timeout(WAIT, r.recv()).await.expect("old receiver closes");
-    assert!(end.is_none());
-
-    let broker = Broker::open(old.store.clone(), old.clock.clone(), NamespaceLimits::default())
-        .await
-        .expect("broker reopens");
-    let f = Fixture { broker, clock: old.clock.clone(), store: old.store.clone() };
+    let f = restart(old, r).await;
     Recovered {
         f,
         locked: sent[0],
@@ -1987,4 +1980,86 @@ async fn reopened_broker_delivers_the_scheduled_message_at_its_time() {
     let m = take_one(&r).await;
     assert_eq!(m.sequence_number(), rec.scheduled);
     assert_eq!(m.broker.enqueued_time, rec.scheduled_at);
+}
+
+/// Stops `old`'s broker (waiting until `receiver`, its last, closes) and opens another on the
+/// same store and clock, as a restart does.
+async fn restart(old: Fixture, receiver: Receiver) -> Fixture {
+    old.broker.shutdown();
+    let end = tokio::time::timeout(WAIT, receiver.recv()).await.expect("old receiver closes");
+    assert!(end.is_none());
+    let broker = Broker::open(old.store.clone(), old.clock.clone(), NamespaceLimits::default())
+        .await
+        .expect("broker reopens");
+    Fixture { broker, ..old }
+}
+
+/// How many main-queue meta records the queue's store holds, live ones and those of settled
+/// messages left below the main queue's floor.
+async fn main_meta_records(f: &Fixture) -> usize {
+    let prefix = testing::partition_key_prefix(&f.broker, QUEUE, PartitionId(0)).expect("queue");
+    let (mut start, mut end) = (prefix.to_vec(), prefix.to_vec());
+    start.push(b'm');
+    end.push(b'm' + 1);
+    f.store.scan(&start, &end, usize::MAX).await.expect("scan").len()
+}
+
+#[tokio::test]
+async fn messages_completed_in_order_stay_completed_after_a_restart_and_their_records_are_swept() {
+    let f = Fixture::with_queue(queue_with(|d| d.lock_duration = secs(30))).await;
+    let mut sent = Vec::new();
+    for batch in 0..21 {
+        let messages = (0..100).map(|i| Message::new(format!("m{}", batch * 100 + i))).collect();
+        sent.extend(f.send(messages).await);
+    }
+    let r = f.receiver(ReceiveMode::PeekLock).await;
+    let mut completed = 0;
+    while completed < sent.len() {
+        let got = take_up_to(&r, 100).await;
+        assert!(!got.is_empty(), "every message is delivered");
+        for m in got {
+            assert_eq!(m.sequence_number(), sent[completed], "in order");
+            f.settle(&m, Disposition::Complete).await.expect("complete");
+            completed += 1;
+        }
+    }
+    // Completed in order, each message's meta record is left for the floor's sweep: what is left
+    // spans less than one sweep (1,024 sequence numbers), not the 2,100 written.
+    let left = main_meta_records(&f).await;
+    assert!(left <= 1024, "{left} main-queue records left");
+
+    let f = restart(f, r).await;
+    assert_eq!(f.counts().await, Counts::default(), "nothing completed comes back");
+    assert!(f.peek_all(QUEUE).await.is_empty());
+    let next = f.send_one(Message::new("after")).await;
+    assert!(next > *sent.last().expect("sent"), "numbering goes on");
+    let r = f.receiver(ReceiveMode::PeekLock).await;
+    let got = take_up_to(&r, 10).await;
+    assert_eq!(seqs(&got), vec![next]);
+    assert_eq!(&got[0].message.body[..], b"after");
+}
+
+#[tokio::test]
+async fn a_message_completed_above_a_live_one_stays_completed_after_a_restart() {
+    let f = Fixture::with_queue(queue_with(|d| d.lock_duration = secs(30))).await;
+    let sent = f.send(["a", "b", "c"].map(Message::new).to_vec()).await;
+    let r = f.receiver(ReceiveMode::PeekLock).await;
+    let got = take_up_to(&r, 3).await;
+    assert_eq!(seqs(&got), sent);
+    // b settles while a, below it, is still locked: the floor stays at a.
+    f.settle(&got[1], Disposition::Complete).await.expect("complete b");
+
+    let f = restart(f, r).await;
+    let left: Vec<SequenceNumber> = seqs(&f.peek_all(QUEUE).await);
+    assert_eq!(left, vec![sent[0], sent[2]], "a and c, unsettled at the restart, are back");
+    assert_eq!(main_meta_records(&f).await, 2);
+
+    let r = f.receiver(ReceiveMode::PeekLock).await;
+    let got = take_up_to(&r, 10).await;
+    assert_eq!(seqs(&got), vec![sent[0], sent[2]]);
+    for m in &got {
+        f.settle(m, Disposition::Complete).await.expect("complete");
+    }
+    let f = restart(f, r).await;
+    assert_eq!(f.counts().await, Counts::default());
 }

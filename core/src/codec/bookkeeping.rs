@@ -7,10 +7,13 @@
 use bytes::Bytes;
 
 use super::primitives::{DecodeResult, Reader, Writer};
-use super::V1;
+use super::{V1, V2};
 use crate::types::Timestamp;
 
+/// The version of the counter records (the namespace's, and a partition's as created); a
+/// message partition writes its record as [`PARTITION_RECORD_VERSION`].
 const PARTITION_VERSION: u8 = V1;
+const PARTITION_RECORD_VERSION: u8 = V2;
 const SESSION_VERSION: u8 = V1;
 const DEDUP_VERSION: u8 = V1;
 const TRANSFER_RECORD_VERSION: u8 = V1;
@@ -32,7 +35,8 @@ pub(crate) fn decode_session_state(value: &[u8]) -> DecodeResult<(Timestamp, Byt
     }
 }
 
-/// A partition's own record: the last sequence counter it issued.
+/// A counter record (version 1): a partition's own record as created, the last sequence
+/// counter it issued; also the namespace's counters (next entity id, store count, version).
 pub(crate) fn encode_partition(last_counter: u64) -> Bytes {
     let mut w = Writer::versioned(PARTITION_VERSION, 8);
     w.u64(last_counter);
@@ -43,6 +47,26 @@ pub(crate) fn decode_partition(value: &[u8]) -> DecodeResult<u64> {
     let (mut r, version) = Reader::versioned(value, "partition record")?;
     match version {
         V1 => r.u64(),
+        v => Err(r.unknown_version(v)),
+    }
+}
+
+/// A message partition's own record from version 2 on: the last sequence counter it issued and
+/// its main queue's floor (no main-queue message below it is live; see `partition/journal.rs`).
+pub(crate) fn encode_partition_record(last_counter: u64, main_floor: u64) -> Bytes {
+    let mut w = Writer::versioned(PARTITION_RECORD_VERSION, 16);
+    w.u64(last_counter);
+    w.u64(main_floor);
+    w.finish()
+}
+
+/// A message partition's record, either version: the last sequence counter and the main
+/// queue's floor (0, every record live, in version 1, which had none).
+pub(crate) fn decode_partition_record(value: &[u8]) -> DecodeResult<(u64, u64)> {
+    let (mut r, version) = Reader::versioned(value, "partition record")?;
+    match version {
+        V1 => Ok((r.u64()?, 0)),
+        V2 => Ok((r.u64()?, r.u64()?)),
         v => Err(r.unknown_version(v)),
     }
 }

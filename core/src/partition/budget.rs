@@ -80,8 +80,9 @@ impl Size {
 }
 
 /// What one lane adds at the end of a cycle, after its work: the partition record (the
-/// sequence counter) and a body sweep's range delete.
-const LANE_RESERVE: Size = Size::new(2, 128);
+/// sequence counter and the main queue's floor), a body sweep's range delete, and the main
+/// queue's two (its floor's sweep, and the clearing below a floor that falls; `journal.rs`).
+const LANE_RESERVE: Size = Size::new(4, 256);
 /// What one item of open-ended work (an expired lock, a due message, a relocation, a
 /// delivery) may write past the check that let it start.
 pub(crate) const ITEM: Size = Size::new(4, 1024);
@@ -531,6 +532,6 @@ mod tests {
         assert!(limited.is_limited());
         assert!(!limited.admits(&batch));
         assert!(Budget::new(WriteLimits { max_ops: 10, max_bytes: 110 }).admits(&batch));
-        assert_eq!(limited.whole(2), Size::new(5, 1000 - 256));
+        assert_eq!(limited.whole(2), Size::new(1, 1000 - 512));
     }
 }

@@ -187,7 +187,10 @@ impl PartitionState {
     /// Adds one record read back from the store (see `journal::recover`).
     pub(crate) fn restore(&mut self, record: Recovered) -> Result<(), StoreError> {
         match record {
-            Recovered::Counter(counter) => self.last_counter = self.last_counter.max(counter),
+            Recovered::Partition { counter, main_floor } => {
+                self.last_counter = self.last_counter.max(counter);
+                self.fx.journal.restore_floor(main_floor);
+            }
             Recovered::Message(queue, seq, meta) => {
                 self.last_counter = self.last_counter.max(seq.counter(self.partitioned));
                 self.index.insert(queue, seq, Entry::from_meta(seq, meta));
@@ -304,11 +307,12 @@ impl PartitionState {
         true
     }
 
-    /// Ends the cycle's decisions: counts go to the metrics, the partition record and the
-    /// body sweep join the journal if they are due.
+    /// Ends the cycle's decisions: counts go to the metrics, the main queue's floor settles
+    /// (see `journal.rs`), the partition record and the sweeps join the journal if they are due.
     pub(crate) fn end_cycle(&mut self) {
         self.fx.tally.record(self.entity_kind, self.metric_entity.as_deref());
-        if std::mem::take(&mut self.counter_dirty) {
+        let floor_moved = self.fx.journal.close_floor(self.lowest_live_main());
+        if std::mem::take(&mut self.counter_dirty) || floor_moved {
             self.fx.journal.put_counter(self.last_counter);
         }
         self.sweep_bodies();

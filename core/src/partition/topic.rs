@@ -88,6 +88,7 @@ impl TopicPart {
             cx.cache.clone(),
         );
         state.shared_bodies = true;
+        state.fx.journal.keep_no_floor();
         state.entity_kind = "subscription";
         state.metric_entity = self.metric_entity(&lane.config);
         let sub = SubLane { id: lane.id, shared: lane.shared, config: lane.config, state };

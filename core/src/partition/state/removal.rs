@@ -55,7 +55,16 @@ impl PartitionState {
     /// The lowest sequence number any message of this partition has, or the next one to be
     /// given if it holds none: no body below it belongs to a message.
     fn lowest_live(&self) -> SequenceNumber {
-        let lowest = self.index.lowest().unwrap_or_else(|| {
+        self.lowest_of(self.index.lowest())
+    }
+
+    /// The same for the main queue alone: the floor of its meta records (see `journal.rs`).
+    pub(super) fn lowest_live_main(&self) -> SequenceNumber {
+        self.lowest_of(self.index.messages[SubQueue::Main].keys().next().copied())
+    }
+
+    fn lowest_of(&self, lowest: Option<SequenceNumber>) -> SequenceNumber {
+        let lowest = lowest.unwrap_or_else(|| {
             SequenceNumber::new(self.partitioned, self.partition, self.last_counter + 1)
         });
         // A number reserved by an open transaction gets its body at the commit.
@@ -66,7 +75,11 @@ impl PartitionState {
     /// they span [`BODY_SWEEP`] sequence numbers — in a cycle that writes anyway, so that a
     /// cycle that only reads stays without a write.
     pub(super) fn sweep_bodies(&mut self) {
-        if self.shared_bodies || self.fx.journal.is_empty() {
+        if self.fx.journal.is_empty() {
+            return;
+        }
+        self.fx.journal.sweep_floor(BODY_SWEEP);
+        if self.shared_bodies {
             return;
         }
         let lowest = self.lowest_live();
