@@ -198,6 +198,15 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         if frame.is_empty() {
             return Ok(InFrame::Empty);
         }
+        // Transfers and dispositions by hand (`hot.rs`, which reads only shapes it checks in
+        // full, so they need no guard); the payload after them is the message codec's.
+        if kind == TYPE_AMQP {
+            if let Some((performative, end)) = hot::decode(&frame) {
+                frame.advance(end);
+                let performative = Box::new(performative);
+                return Ok(InFrame::Amqp { channel, performative, payload: frame.freeze() });
+            }
+        }
         // Every length and count in the performative is checked against the frame before
         // `serde_amqp` sees it (see `guard`); the payload after it is the message codec's.
         let end = guard::check_value(&frame, Limits::PERFORMATIVE)
@@ -205,14 +214,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         let body = frame.split_to(end).freeze();
         match kind {
             TYPE_AMQP => {
-                // Transfers and dispositions by hand (`hot.rs`), the rest through serde_amqp.
-                let performative = match hot::decode(&body) {
-                    Some(p) => p,
-                    None => match serde_amqp::from_slice::<Performative>(&body) {
-                        Ok(p) => p,
-                        Err(e) => lenient::disposition(&body)
-                            .ok_or_else(|| FrameError::Decode(e.to_string()))?,
-                    },
+                let performative = match serde_amqp::from_slice::<Performative>(&body) {
+                    Ok(p) => p,
+                    Err(e) => lenient::disposition(&body)
+                        .ok_or_else(|| FrameError::Decode(e.to_string()))?,
                 };
                 Ok(InFrame::Amqp {
                     channel,
@@ -253,7 +258,14 @@ fn serialize_into<T: Serialize>(out: &mut BytesMut, value: &T) {
 /// Appends an AMQP frame carrying `performative` to `out`.
 pub fn write_performative(out: &mut BytesMut, channel: u16, performative: &Performative) {
     let start = begin_frame(out, TYPE_AMQP, channel);
-    serialize_into(out, performative);
+    // Dispositions (one per message each way) by hand when `hot.rs` can write them.
+    let written = match performative {
+        Performative::Disposition(d) => hot::put_disposition(out, d),
+        _ => false,
+    };
+    if !written {
+        serialize_into(out, performative);
+    }
     end_frame(out, start);
 }
 

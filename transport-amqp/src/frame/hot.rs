@@ -6,9 +6,11 @@
 //! each field null or in one of its usual encodings, and a disposition's state absent,
 //! accepted or released. For anything else it answers `None` and the caller decodes with
 //! `serde_amqp` as before. What it does decode is exactly what `serde_amqp` decodes from the
-//! same bytes (the tests compare the two over every one-byte change of a set of encodings), and
-//! it sees only bytes `guard::check_value` has passed; still, every read is bounds-checked, so
-//! no input panics.
+//! same bytes (the tests compare the two over every one-byte change of a set of encodings).
+//! It reads a frame's bytes before `guard::check_value` does, in its place: it takes only a
+//! list whose declared size its fields fill exactly, each field read in full, so what it decodes
+//! the guard passes, with the same end (the tests check that too); every read is
+//! bounds-checked, so no input panics.
 //!
 //! Writing covers a transfer without a state, a receiver settle mode, resume, aborted or
 //! batchable (what a delivery is): six fields, the last one `more`.
@@ -38,9 +40,9 @@ const LIST0: u8 = 0x45;
 const LIST8: u8 = 0xc0;
 const LIST32: u8 = 0xd0;
 
-/// The transfer or disposition that `body` (a whole performative) encodes, or `None` when it is
-/// another performative or a shape left to `serde_amqp`.
-pub(super) fn decode(body: &[u8]) -> Option<Performative> {
+/// The transfer or disposition a frame body starts with, and where it ends (its payload
+/// follows), or `None` when it is another performative or a shape left to `serde_amqp`.
+pub(super) fn decode(body: &[u8]) -> Option<(Performative, usize)> {
     let mut r = Reader { buf: body, pos: 0 };
     if r.byte()? != DESCRIBED || r.byte()? != SMALL_ULONG {
         return None;
@@ -50,15 +52,12 @@ pub(super) fn decode(body: &[u8]) -> Option<Performative> {
         return None;
     }
     let (count, end) = r.list()?;
-    if end != body.len() {
-        return None;
-    }
     let performative = if code == TRANSFER {
         Performative::Transfer(r.transfer(count)?)
     } else {
         Performative::Disposition(r.disposition(count)?)
     };
-    (r.pos == end).then_some(performative)
+    (r.pos == end).then_some((performative, end))
 }
 
 struct Reader<'a> {
@@ -294,6 +293,46 @@ pub(super) fn set_more(out: &mut BytesMut, at: usize, more: bool) {
     out[at] = if more { TRUE } else { FALSE };
 }
 
+/// Appends `disposition` as a performative, encoded as `serde_amqp` encodes it (a field at its
+/// default is null, trailing nulls are left out), when its state is absent, accepted or
+/// released; false, with nothing written, for another state.
+pub(super) fn put_disposition(out: &mut BytesMut, disposition: &Disposition) -> bool {
+    let state: &[u8] = match &disposition.state {
+        None => &[NULL],
+        Some(DeliveryState::Accepted(_)) => &[DESCRIBED, SMALL_ULONG, ACCEPTED, LIST0],
+        Some(DeliveryState::Released(_)) => &[DESCRIBED, SMALL_ULONG, RELEASED, LIST0],
+        Some(_) => return false,
+    };
+    let flag = |set: bool| if set { TRUE } else { NULL };
+    // At most 1 + 5 + 5 + 1 + 4 + 1 bytes of fields: a list8 always holds them.
+    out.put_slice(&[DESCRIBED, SMALL_ULONG, DISPOSITION, LIST8, 0, 0]);
+    let size_at = out.len() - 2;
+    let fields_from = out.len();
+    // Field i spans `bounds[i]..bounds[i + 1]`; trailing nulls are left out.
+    let mut bounds = [fields_from; 7];
+    out.put_u8(if disposition.role == Role::Receiver { TRUE } else { FALSE });
+    bounds[1] = out.len();
+    put_uint(out, Some(disposition.first));
+    bounds[2] = out.len();
+    put_uint(out, disposition.last);
+    bounds[3] = out.len();
+    out.put_u8(flag(disposition.settled));
+    bounds[4] = out.len();
+    out.put_slice(state);
+    bounds[5] = out.len();
+    out.put_u8(flag(disposition.batchable));
+    bounds[6] = out.len();
+    let mut count = 6;
+    while count > 0 && out[bounds[count - 1]..bounds[count]] == [NULL] {
+        count -= 1;
+    }
+    let end = bounds[count];
+    out.truncate(end);
+    out[size_at] = (end - fields_from + 1) as u8;
+    out[size_at + 1] = count as u8;
+    true
+}
+
 fn put_uint(out: &mut BytesMut, value: Option<u32>) {
     match value {
         None => out.put_u8(NULL),
@@ -341,15 +380,19 @@ mod tests {
         }
     }
 
-    /// What both decoders make of the same bytes: `serde_amqp` (as `read_frame` calls it,
-    /// after the guard) and this file's.
-    fn both(bytes: &[u8]) -> (Option<Performative>, Option<Performative>) {
+    /// What both decoders make of the same frame body, and where each says the performative
+    /// ends: `serde_amqp` (as `read_frame` calls it, after the guard) and this file's.
+    #[allow(clippy::type_complexity, reason = "a pair of the same pair")]
+    fn both(bytes: &[u8]) -> (Option<(Performative, usize)>, Option<(Performative, usize)>) {
         let serde = match guard::check_value(bytes, Limits::PERFORMATIVE) {
-            Ok(end) if end == bytes.len() => serde_amqp::from_slice::<Performative>(bytes).ok(),
+            Ok(end) => serde_amqp::from_slice::<Performative>(&bytes[..end]).ok().map(|p| (p, end)),
             _ => None,
         };
         (serde, decode(bytes))
     }
+
+    /// A message's first bytes, as a payload after a transfer.
+    const PAYLOAD: &[u8] = &[0x00, 0x53, 0x75, 0xa0, 0x02, 0x68, 0x69];
 
     fn common_performatives() -> Vec<Performative> {
         vec![
@@ -380,9 +423,19 @@ mod tests {
     fn the_message_paths_performatives_decode_as_serde_amqp_decodes_them() {
         for performative in common_performatives() {
             let bytes = serde_amqp::to_vec(&performative).unwrap();
-            assert_eq!(decode(&bytes), Some(performative.clone()), "{performative:?}");
+            assert_eq!(
+                decode(&bytes),
+                Some((performative.clone(), bytes.len())),
+                "{performative:?}"
+            );
             let (serde, hot) = both(&bytes);
             assert_eq!(serde, hot, "{performative:?}");
+            let framed = [&bytes[..], PAYLOAD].concat();
+            assert_eq!(
+                decode(&framed),
+                Some((performative.clone(), bytes.len())),
+                "with a payload"
+            );
         }
     }
 
@@ -410,16 +463,21 @@ mod tests {
         for performative in others {
             let bytes = serde_amqp::to_vec(&performative).unwrap();
             assert_eq!(decode(&bytes), None, "{performative:?}");
+            assert_eq!(decode(&[&bytes[..], PAYLOAD].concat()), None, "{performative:?}");
         }
     }
 
     /// Every encoding one byte away from a common one (each byte replaced by each value, or
-    /// removed): where this file decodes it, `serde_amqp` decodes the same performative.
+    /// removed), alone and followed by a payload: where this file decodes it, the guard passes
+    /// it with the same end and `serde_amqp` decodes the same performative.
     #[test]
     fn a_decoded_variant_always_equals_what_serde_amqp_decodes() {
         let mut decoded = 0;
-        for performative in common_performatives() {
+        let encodings = common_performatives().into_iter().flat_map(|performative| {
             let bytes = serde_amqp::to_vec(&performative).unwrap();
+            [[&bytes[..], PAYLOAD].concat(), bytes]
+        });
+        for bytes in encodings {
             for at in 0..bytes.len() {
                 let mut variants: Vec<Vec<u8>> = (0..=255u8)
                     .map(|b| {
@@ -444,6 +502,55 @@ mod tests {
     }
 
     #[test]
+    fn hand_written_dispositions_equal_serde_amqps() {
+        let states = [
+            None,
+            Some(DeliveryState::Accepted(Accepted {})),
+            Some(DeliveryState::Released(Released {})),
+        ];
+        let mut written = 0;
+        for role in [Role::Sender, Role::Receiver] {
+            for first in [0, 5, 300, 70_000, u32::MAX] {
+                for last in [None, Some(0), Some(9), Some(70_000)] {
+                    for settled in [false, true] {
+                        for batchable in [false, true] {
+                            for state in states.clone() {
+                                let d = Disposition {
+                                    role: role.clone(),
+                                    first,
+                                    last,
+                                    settled,
+                                    state,
+                                    batchable,
+                                };
+                                let mut out = BytesMut::from(&b"before"[..]);
+                                assert!(put_disposition(&mut out, &d));
+                                let serde =
+                                    serde_amqp::to_vec(&Performative::Disposition(d.clone()))
+                                        .unwrap();
+                                assert_eq!(&out[6..], &serde[..], "{d:?}");
+                                assert_eq!(
+                                    decode(&out[6..]),
+                                    Some((Performative::Disposition(d), serde.len()))
+                                );
+                                written += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(written, 2 * 5 * 4 * 2 * 2 * 3);
+        let rejected = Disposition {
+            state: Some(DeliveryState::Rejected(Rejected { error: None })),
+            ..disposition(None, None)
+        };
+        let mut out = BytesMut::new();
+        assert!(!put_disposition(&mut out, &rejected));
+        assert!(out.is_empty(), "nothing written for a state left to serde_amqp");
+    }
+
+    #[test]
     fn hand_encodings_equal_serde_amqps_and_decode_back() {
         let transfers = [
             transfer(Some(7), Some(vec![1, 2, 3, 4]), Some(false)),
@@ -461,7 +568,7 @@ mod tests {
                 let expected = Transfer { more, ..t.clone() };
                 let serde = serde_amqp::from_slice::<Performative>(&out).unwrap();
                 assert_eq!(serde, Performative::Transfer(expected.clone()));
-                assert_eq!(decode(&out), Some(Performative::Transfer(expected)));
+                assert_eq!(decode(&out), Some((Performative::Transfer(expected), out.len())));
                 assert_eq!(guard::check_value(&out, Limits::PERFORMATIVE), Ok(out.len()));
             }
         }
