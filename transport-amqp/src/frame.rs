@@ -316,19 +316,7 @@ pub fn write_transfer(
     if !hot::writable(&transfer) {
         return write_transfer_serialized(out, channel, transfer, payload, max_frame_size);
     }
-    let continuation = Transfer {
-        handle: Handle(transfer.handle.0),
-        delivery_id: None,
-        delivery_tag: None,
-        message_format: None,
-        settled: None,
-        more: true,
-        rcv_settle_mode: None,
-        state: None,
-        resume: false,
-        aborted: false,
-        batchable: false,
-    };
+    let continuation = continuation_of(&transfer);
     let mut performative = &transfer;
     let mut frames = 0;
     loop {
@@ -347,17 +335,10 @@ pub fn write_transfer(
     }
 }
 
-/// [`write_transfer`] through serde_amqp, for a transfer with a state or flags past `more`.
-fn write_transfer_serialized(
-    out: &mut BytesMut,
-    channel: u16,
-    transfer: Transfer,
-    mut payload: Bytes,
-    max_frame_size: u32,
-) -> u32 {
-    let mut first = Some(transfer.clone());
-    let continuation = Transfer {
-        handle: transfer.handle.clone(),
+/// The transfer of each frame after a delivery's first: its link, `more`, and its `batchable`.
+fn continuation_of(first: &Transfer) -> Transfer {
+    Transfer {
+        handle: first.handle.clone(),
         delivery_id: None,
         delivery_tag: None,
         message_format: None,
@@ -367,8 +348,20 @@ fn write_transfer_serialized(
         state: None,
         resume: false,
         aborted: false,
-        batchable: transfer.batchable,
-    };
+        batchable: first.batchable,
+    }
+}
+
+/// [`write_transfer`] through serde_amqp, for a transfer with a state or flags past `more`.
+fn write_transfer_serialized(
+    out: &mut BytesMut,
+    channel: u16,
+    transfer: Transfer,
+    mut payload: Bytes,
+    max_frame_size: u32,
+) -> u32 {
+    let mut first = Some(transfer.clone());
+    let continuation = continuation_of(&transfer);
     let mut frames = 0;
     loop {
         let mut performative = first.take().unwrap_or_else(|| continuation.clone());
