@@ -80,9 +80,11 @@ impl Size {
 }
 
 /// What one lane adds at the end of a cycle, after its work: the partition record (the
-/// sequence counter and the main queue's floor), a body sweep's range delete, and the main
-/// queue's two (its floor's sweep, and the clearing below a floor that falls; `journal.rs`).
-const LANE_RESERVE: Size = Size::new(4, 256);
+/// sequence counter and the main queue's floor) and a body sweep's range delete.
+const LANE_RESERVE: Size = Size::new(2, 128);
+/// What a queue's main-queue floor adds, once per partition (a topic's lanes keep none): its
+/// sweep's range delete and the clearing below a floor that falls (`journal.rs`).
+const FLOOR_RESERVE: Size = Size::new(2, 128);
 /// What one item of open-ended work (an expired lock, a due message, a relocation, a
 /// delivery) may write past the check that let it start.
 pub(crate) const ITEM: Size = Size::new(4, 1024);
@@ -108,7 +110,9 @@ impl Budget {
     /// What a cycle's commands, time's work and deliveries may fill in a partition of `lanes`
     /// lanes: the limits less what the lanes add at the end of the cycle.
     fn whole(&self, lanes: usize) -> Size {
-        Size::new(self.limits.max_ops, self.limits.max_bytes).minus(LANE_RESERVE.times(lanes))
+        Size::new(self.limits.max_ops, self.limits.max_bytes)
+            .minus(LANE_RESERVE.times(lanes))
+            .minus(FLOOR_RESERVE)
     }
 
     /// Whether `batch` may be handed to the store.
@@ -532,6 +536,6 @@ mod tests {
         assert!(limited.is_limited());
         assert!(!limited.admits(&batch));
         assert!(Budget::new(WriteLimits { max_ops: 10, max_bytes: 110 }).admits(&batch));
-        assert_eq!(limited.whole(2), Size::new(1, 1000 - 512));
+        assert_eq!(limited.whole(2), Size::new(3, 1000 - 384));
     }
 }
