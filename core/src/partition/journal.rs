@@ -144,6 +144,7 @@ impl Journal {
         }
         self.floor.taken_max = SequenceNumber::default();
         self.floor.cleared = false;
+        debug_assert!(at <= lowest, "the floor ({at:?}) never passes a live message ({lowest:?})");
         std::mem::take(&mut self.floor.moved)
     }
 
@@ -272,6 +273,7 @@ impl Journal {
     /// leaving the journal empty.
     pub(crate) fn take(&mut self) -> (WriteBatch, usize) {
         debug_assert_eq!(self.bytes, self.batch.bytes(), "the journal counts what its batch does");
+        debug_assert!(self.floor.taken.is_empty(), "the cycle's end closed the floor");
         (std::mem::take(&mut self.batch), std::mem::take(&mut self.bytes))
     }
 
