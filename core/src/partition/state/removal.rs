@@ -1,7 +1,8 @@
 //! Removal: taking a message out of the index with its meta record, and deleting its body —
 //! now, or later with many others in one range delete.
 //!
-//! Invariants kept here: a message's meta record is deleted in the cycle that takes it out; no
+//! Invariants kept here: a message's meta record is deleted in the cycle that takes it out, or,
+//! in a queue's main queue, left below the floor that cycle writes (`partition/journal.rs`); no
 //! body below the lowest live message (or reserved sequence number) belongs to a message, so
 //! a range delete up to it is safe; the sweep joins only a cycle that writes anyway, so a
 //! cycle that only reads stays without a write; in a topic partition bodies are shared by the
@@ -25,7 +26,8 @@ const BODY_SWEEP: i64 = 1024;
 const DEFERRED_BODIES: usize = 8 * 1024;
 
 impl PartitionState {
-    /// Takes a message out of a sub-queue's index and deletes its meta record; its body stays.
+    /// Takes a message out of a sub-queue's index and deletes its meta record (in the main
+    /// queue, at the end of the cycle unless the floor passes it); its body stays.
     pub(crate) fn take(&mut self, queue: SubQueue, seq: SequenceNumber) -> Option<Entry> {
         self.unlock(queue, seq);
         let entry = self.index.remove(queue, seq)?;
@@ -72,8 +74,9 @@ impl PartitionState {
     }
 
     /// Deletes, with one range delete, the bodies left below every message (see `remove`) once
-    /// they span [`BODY_SWEEP`] sequence numbers — in a cycle that writes anyway, so that a
-    /// cycle that only reads stays without a write.
+    /// they span [`BODY_SWEEP`] sequence numbers, and likewise the main queue's meta records left
+    /// below its floor — in a cycle that writes anyway, so that a cycle that only reads stays
+    /// without a write.
     pub(super) fn sweep_bodies(&mut self) {
         if self.fx.journal.is_empty() {
             return;
