@@ -82,7 +82,7 @@ pub async fn start(args: Args, metrics: &PrometheusExporter) -> Result<Started, 
                 .into(),
         ));
     }
-    let stores = args.store.open().await?;
+    let stores = args.store.open(args.cluster.cluster).await?;
     let namespace_store = stores[0].clone();
     #[cfg(feature = "fault-injection")]
     let (stores, faults) = if args.testing_fault_injection {

@@ -56,11 +56,13 @@ pub enum DurabilityArg {
 }
 
 impl StoreArgs {
-    /// Opens the `--stores` store instances.
-    pub async fn open(&self) -> Result<Vec<Arc<dyn Store>>, ServerError> {
+    /// Opens the `--stores` store instances; `cluster`: for a node of a cluster, whose
+    /// partition writes are fenced (a lone server's PostgreSQL stores first wait for the
+    /// writes of a predecessor that may still be committing).
+    pub async fn open(&self, cluster: bool) -> Result<Vec<Arc<dyn Store>>, ServerError> {
         match self.store {
             StoreKind::Rocksdb => self.open_rocksdb(),
-            StoreKind::Postgres => self.open_postgres().await,
+            StoreKind::Postgres => self.open_postgres(cluster).await,
             StoreKind::Memory => Ok((0..self.stores)
                 .map(|_| Arc::new(MemoryStore::new()) as Arc<dyn Store>)
                 .collect()),
@@ -97,13 +99,16 @@ impl StoreArgs {
     }
 
     /// Tables `ironbus_store_0` to `ironbus_store_<N-1>` in the database of `--postgres-url`.
-    async fn open_postgres(&self) -> Result<Vec<Arc<dyn Store>>, ServerError> {
+    async fn open_postgres(&self, cluster: bool) -> Result<Vec<Arc<dyn Store>>, ServerError> {
         let Some(url) = self.postgres_url.as_deref() else {
             return Err(ServerError::MissingPostgresUrl);
         };
         let mut stores: Vec<Arc<dyn Store>> = Vec::with_capacity(usize::from(self.stores));
         for i in 0..self.stores {
-            let options = PostgresOptions::with_table(format!("ironbus_store_{i}"));
+            let options = PostgresOptions {
+                wait_for_writers: !cluster,
+                ..PostgresOptions::with_table(format!("ironbus_store_{i}"))
+            };
             let table = options.table.clone();
             match PostgresStore::connect(url, options).await {
                 Ok(store) => stores.push(Arc::new(store)),

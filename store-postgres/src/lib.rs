@@ -36,6 +36,18 @@
 //! `SERIALIZABLE` predicate locks, whose false conflicts would make concurrent partitions
 //! retry each other's writes). Guard keys are locked in key order, each key once.
 //!
+//! # Opening after a crash
+//!
+//! A writer killed while its `COMMIT` was under way leaves that commit landing a moment later,
+//! and a store opened meanwhile would read the table without it: a partition rebuilt from that
+//! read reuses sequence numbers the late commit takes, and one message's body overwrites
+//! another's. So [`PostgresStore::connect`] first waits for every transaction writing the table
+//! to end (`LOCK TABLE … IN SHARE MODE`, which each writer's `ROW EXCLUSIVE` lock holds off
+//! until its commit or rollback is complete, released at once), reporting the writers'
+//! backends every 5 s while it waits. A cluster, whose partitions fence their writes (a new
+//! owner's claim waits on the old owner's row lock), turns this off
+//! ([`PostgresOptions::wait_for_writers`]).
+//!
 //! # Durability
 //!
 //! A write returns `Ok` once PostgreSQL acknowledged its `COMMIT`, with `synchronous_commit` as

@@ -23,6 +23,13 @@ pub struct PostgresOptions {
     /// The longest one attempt (connecting, or one transaction) may take; an attempt that takes
     /// longer is abandoned and its connection closed.
     pub attempt_timeout: Duration,
+    /// Whether [`connect`](crate::PostgresStore::connect) waits until every transaction that
+    /// is writing the table has ended (committed or rolled back) before it returns. On for a
+    /// store with one writer (the default): a writer killed while its `COMMIT` was under way
+    /// leaves that commit landing a moment later, and what the new store reads first (a
+    /// partition's rebuild) must include it. A cluster, whose partition writes are fenced,
+    /// turns it off.
+    pub wait_for_writers: bool,
 }
 
 impl PostgresOptions {
@@ -40,6 +47,7 @@ impl Default for PostgresOptions {
             limits: DEFAULT_LIMITS,
             retry_for: Duration::from_secs(5),
             attempt_timeout: Duration::from_secs(30),
+            wait_for_writers: true,
         }
     }
 }

@@ -12,6 +12,7 @@ use ironbus_core::store::{
 };
 use tokio::time::Instant;
 use tokio_postgres::config::Host;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Config;
 
@@ -65,14 +66,44 @@ impl PostgresStore {
         }
         let server = servers(&config);
         create_table(&config, &table, &server, options.retry_for).await?;
-        Ok(Self {
+        let store = Self {
             pool: Pool::new(config, table.clone(), options.connections),
             table,
             server,
             options,
             writes_down: AtomicBool::new(false),
             reads_down: AtomicBool::new(false),
-        })
+        };
+        if store.options.wait_for_writers {
+            store.wait_for_writers().await?;
+        }
+        Ok(store)
+    }
+
+    /// Returns once every transaction that was writing the table has ended: a `SHARE` lock on
+    /// the table conflicts with the `ROW EXCLUSIVE` lock each writer holds until its commit or
+    /// rollback is complete, so it is granted only after them. It is released at once. While
+    /// it waits it says so, every [`WRITERS_WAIT`], naming the writers' backends (a client may
+    /// hold a transaction open, and only its end or `pg_terminate_backend` ends the wait).
+    async fn wait_for_writers(&self) -> Result<(), StoreError> {
+        let started = Instant::now();
+        loop {
+            match self.run(&WaitForWriters { table: &self.table }).await? {
+                Writers::Ended if started.elapsed() >= WRITERS_WAIT => {
+                    tracing::info!(table = self.table.name(), "the earlier writers ended");
+                    return Ok(());
+                }
+                Writers::Ended => return Ok(()),
+                Writers::Writing(backends) => tracing::warn!(
+                    table = self.table.name(),
+                    backends = ?backends,
+                    seconds = started.elapsed().as_secs(),
+                    "postgres: waiting for transactions still writing the table to end before \
+                     reading it (a writer killed a moment ago may still be committing, or a \
+                     client holds a transaction open: end it, or pg_terminate_backend its backend)"
+                ),
+            }
+        }
     }
 
     /// The store's table.
@@ -327,6 +358,62 @@ impl Attempt for Scan<'_> {
             pairs.push((key, Bytes::copy_from_slice(row.try_get::<_, &[u8]>(1)?)));
         }
         Ok(pairs)
+    }
+}
+
+/// How long one attempt of [`PostgresStore::wait_for_writers`] waits for the table's lock.
+const WRITERS_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether transactions were still writing the table.
+enum Writers {
+    Ended,
+    /// Still writing after [`WRITERS_WAIT`]: their backends' process ids.
+    Writing(Vec<i32>),
+}
+
+/// One wait for the writers of a table to end (see [`PostgresStore::wait_for_writers`]).
+struct WaitForWriters<'a> {
+    table: &'a Table,
+}
+
+impl Attempt for WaitForWriters<'_> {
+    type Output = Writers;
+    const OPERATION: &'static str = "wait for writers";
+    const WRITES: bool = false;
+
+    async fn attempt<'c>(&'c self, conn: &'c mut Conn) -> Result<Writers, Failure> {
+        let client = &mut conn.client;
+        let tx = client.transaction().await?;
+        let lock = format!(
+            "SET LOCAL lock_timeout = {}; LOCK TABLE {} IN SHARE MODE",
+            WRITERS_WAIT.as_millis(),
+            self.table
+        );
+        match tx.batch_execute(&lock).await {
+            Ok(()) => {
+                tx.commit().await?;
+                Ok(Writers::Ended)
+            }
+            // No transaction writes on a server that takes no writes (a standby, which refuses
+            // the lock): the store finds the primary when it writes.
+            Err(error) if error.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION) => {
+                Ok(Writers::Ended)
+            }
+            Err(error) if error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => {
+                tx.rollback().await?;
+                let rows = client
+                    .query(
+                        "SELECT pid FROM pg_locks WHERE relation = $1::text::regclass \
+                         AND mode = 'RowExclusiveLock' AND granted AND pid <> pg_backend_pid() \
+                         ORDER BY pid",
+                        &[&self.table.to_string()],
+                    )
+                    .await?;
+                let backends = rows.iter().map(|row| row.try_get(0)).collect::<Result<_, _>>()?;
+                Ok(Writers::Writing(backends))
+            }
+            Err(error) => Err(error.into()),
+        }
     }
 }
 

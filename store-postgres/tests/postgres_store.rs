@@ -266,3 +266,40 @@ async fn a_stopped_server_makes_the_store_unavailable() {
     assert_eq!(store.health(), StoreHealth::Unavailable);
     assert_eq!(store.get(b"k").await.unwrap_err().kind, StoreErrorKind::Unavailable);
 }
+
+/// A store opened while another transaction writes its table (a killed predecessor's commit
+/// still under way, here a transaction held open) returns only once that transaction ended,
+/// and then reads what it wrote; it keeps waiting past one lock wait (5 s), which it reports.
+/// Without `wait_for_writers` (a fenced cluster's store) it opens at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opening_waits_for_transactions_still_writing_the_table() {
+    let server = PostgresServer::shared();
+    let table = unique_table("writers");
+    drop(open_with(&server.url(), PostgresOptions::with_table(table.clone())).await);
+    let mut writer = client(&server.url()).await;
+    let insert = format!("INSERT INTO \"{table}\" VALUES ($1, $2)");
+
+    let tx = writer.transaction().await.unwrap();
+    tx.execute(&insert, &[&&b"k"[..], &&b"v"[..]]).await.unwrap();
+    let url = server.url();
+    let options = PostgresOptions::with_table(table.clone());
+    let opening = tokio::spawn(async move { PostgresStore::connect(&url, options).await });
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(!opening.is_finished(), "opened while a transaction was writing its table");
+    tx.commit().await.unwrap();
+    let store = tokio::time::timeout(Duration::from_secs(10), opening)
+        .await
+        .expect("opens once the writer committed")
+        .unwrap()
+        .unwrap_or_else(|e| panic!("cannot open: {e}"));
+    assert_eq!(store.get(b"k").await.unwrap(), Some(Bytes::from_static(b"v")));
+
+    let tx = writer.transaction().await.unwrap();
+    tx.execute(&insert, &[&&b"k2"[..], &&b"v"[..]]).await.unwrap();
+    let options = PostgresOptions { wait_for_writers: false, ..PostgresOptions::with_table(table) };
+    let fenced = tokio::time::timeout(Duration::from_secs(10), open_with(&server.url(), options))
+        .await
+        .expect("a store that does not wait opens beside an open transaction");
+    assert_eq!(fenced.get(b"k2").await.unwrap(), None, "not committed yet");
+    tx.rollback().await.unwrap();
+}

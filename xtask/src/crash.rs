@@ -14,7 +14,9 @@
 //! `--store postgres` (issue 26) first starts a throwaway PostgreSQL ([`crate::postgres`]) and
 //! runs every incarnation of the server on its database (`--postgres-url`): only ironbus is
 //! killed, the database runs from the first start to the verdict (checked after each restart)
-//! and is stopped and removed at the end, whatever the outcome.
+//! and is stopped and removed at the end, whatever the outcome. Its commits are slowed by
+//! 100 ms (`commit_delay`), so that a SIGKILL often leaves a commit landing while the next
+//! server recovers (which must wait for it: `PostgresOptions::wait_for_writers`).
 //!
 //! `--scenario forward` (issue 14) runs the same test across a forwarding chain of three queues:
 //! producers send to `crash` (partitioned, duplicate detection), whose ForwardTo is `crash-mid`
@@ -148,6 +150,9 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
     let data = work.path.join("data");
     // Before the first server, after the work directory: dropped (stopped) after the server.
     let database = postgres::start_for(options.store)?;
+    if let Some(database) = &database {
+        database.delay_commits()?;
+    }
     let store_args = postgres::server_args(options.store, database.as_ref())?;
     let port = compat::free_port()?;
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
@@ -172,12 +177,20 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         eprintln!("xtask: server listening on {addr}; work directory {}", work.path.display());
 
         let driver_log = work.path.join("driver.log");
+        let mut driver_args = options.driver_args.clone();
+        if database.is_some()
+            && options.scenario == "transaction"
+            && !driver_args.iter().any(|arg| arg == "--rate")
+        {
+            // Workers commit one seed at a time, and each commit waits out the delay.
+            driver_args.extend(["--rate".to_owned(), "5".to_owned()]);
+        }
         let mut driver = CrashDriver::start(
             driver_binary,
             &[port],
             &options.scenario,
             (options.producers as usize, options.consumers as usize),
-            &options.driver_args,
+            &driver_args,
             &driver_log,
         )?;
         let mut rng = SplitMix64(seed);

@@ -90,6 +90,10 @@ pub(crate) fn take_store_flag(
     Ok((store, rest))
 }
 
+/// How long [`Database::delay_commits`] makes each commit wait, in microseconds: PostgreSQL's
+/// largest `commit_delay`.
+const COMMIT_DELAY_US: u32 = 100_000;
+
 /// A running throwaway PostgreSQL; stopped and removed when dropped.
 #[derive(Debug)]
 pub(crate) struct Database {
@@ -109,6 +113,21 @@ impl Database {
             server.dir().display()
         );
         Ok(Database { server })
+    }
+
+    /// Makes every commit wait [`COMMIT_DELAY_US`] before it flushes (`commit_delay`, for all
+    /// commits: `commit_siblings` 0). A SIGKILL of the server then often leaves a commit still
+    /// landing while its successor starts: what the successor reads first must include it.
+    pub(crate) fn delay_commits(&self) -> Result<()> {
+        eprintln!("xtask: PostgreSQL delays every commit by {COMMIT_DELAY_US} µs (commit_delay)");
+        for sql in [
+            format!("ALTER SYSTEM SET commit_delay = {COMMIT_DELAY_US}"),
+            "ALTER SYSTEM SET commit_siblings = 0".to_owned(),
+            "SELECT pg_reload_conf()".to_owned(),
+        ] {
+            self.server.psql(&sql).map_err(|message| anyhow!("slowing commits: {message}"))?;
+        }
+        Ok(())
     }
 
     /// The server's `--postgres-url`: the harness's database and superuser, as a URL (no spaces,

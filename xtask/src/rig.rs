@@ -138,7 +138,10 @@ impl CrashDriver {
             .args(match scenario {
                 "forward" => vec!["--receive-from", CHAIN[1]],
                 // One transaction per message and worker: producers at a pace workers keep up
-                // with, so that the drain ends in time.
+                // with, so that the drain ends in time (unless `extra` sets its own).
+                "transaction" if extra.iter().any(|arg| arg == "--rate") => {
+                    vec!["--transfer-to", OUT]
+                }
                 "transaction" => vec!["--transfer-to", OUT, "--rate", "25"],
                 _ => vec![],
             })

@@ -10,8 +10,8 @@
 //!   completion counting only once the broker confirmed it.
 //! - Stop: a `stop` line on stdin (or end of input), `--stop-file` appearing, or `--duration`.
 //!   Producers then finish their unacknowledged sends; consumers drain until nothing arrived for
-//!   `--quiet` seconds with every consumer attached. The summary is one JSON line on stdout;
-//!   progress and errors go to stderr.
+//!   `--quiet` seconds with every consumer attached and no transaction under way. The summary
+//!   is one JSON line on stdout; progress and errors go to stderr.
 //!
 //! Exit status: 0 when nothing was lost, duplicated or unknown; 1 otherwise, or when the driver
 //! could not finish (unacknowledged sends left, the queue never went quiet).
@@ -195,6 +195,8 @@ pub(crate) struct Shared {
     /// When a consumer last received something or (re)attached.
     last_activity: Mutex<Instant>,
     attached_consumers: AtomicUsize,
+    /// Transactions under way: the queue is not quiet while one may still commit.
+    working: AtomicUsize,
     reconnects: AtomicU64,
 }
 
@@ -226,6 +228,18 @@ impl Shared {
 
     fn quiet_for(&self) -> Duration {
         self.last_activity.lock().unwrap_or_else(|p| p.into_inner()).elapsed()
+    }
+
+    /// A transaction began; it counts as activity until the guard is dropped.
+    pub(crate) fn working(&self) -> Working<'_> {
+        self.working.fetch_add(1, Ordering::SeqCst);
+        self.touch();
+        Working(self)
+    }
+
+    /// Whether nothing happened for `quiet` and no transaction is under way.
+    fn quiet(&self, quiet: Duration) -> bool {
+        self.working.load(Ordering::SeqCst) == 0 && self.quiet_for() >= quiet
     }
 
     /// A consumer attached; it counts as attached until the guard is dropped.
@@ -324,6 +338,17 @@ impl Drop for Attached<'_> {
     }
 }
 
+/// A transaction under way; dropping it (the transaction ended, either way) marks activity.
+#[derive(Debug)]
+pub(crate) struct Working<'a>(&'a Shared);
+
+impl Drop for Working<'_> {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.working.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Exponential backoff between reconnects: 50 ms doubling to 1 s.
 #[derive(Debug)]
 pub(crate) struct Backoff {
@@ -407,6 +432,7 @@ async fn main() -> ExitCode {
         phase,
         ledger: Mutex::new(ledger),
         last_activity: Mutex::new(Instant::now()),
+        working: AtomicUsize::new(0),
         attached_consumers: AtomicUsize::new(0),
         reconnects: AtomicU64::new(0),
     });
@@ -546,8 +572,7 @@ async fn finish(
     let workers = if options.transfer_to.is_some() { options.workers } else { 0 };
     let consumer_count = usize::try_from(options.consumers + workers).unwrap_or(usize::MAX);
     loop {
-        if shared.attached_consumers.load(Ordering::SeqCst) >= consumer_count
-            && shared.quiet_for() >= quiet
+        if shared.attached_consumers.load(Ordering::SeqCst) >= consumer_count && shared.quiet(quiet)
         {
             break;
         }

@@ -9,9 +9,10 @@
 //! a partitioned entity). The ledger hears: the seed's delivery; before the discharge, the
 //! derived ids as attempted and the seed's completion as requested; after a commit the broker
 //! confirmed, the seed as completed and both derived ids as acknowledged; after a refused
-//! commit, the seed's completion as refused. A commit whose answer a crash cut off stays in
-//! doubt: the verdict's pairing check (each acknowledged seed yields exactly one `a` and one
-//! `b` at the destination) decides whether the broker kept it whole.
+//! commit, the seed's completion as refused. A commit whose answer a crash cut off, or that
+//! got no answer within `REQUEST_TIMEOUT`, stays in doubt: the verdict's pairing check (each
+//! acknowledged seed yields exactly one `a` and one `b` at the destination) decides whether the
+//! broker kept it whole. A transaction under way keeps the drain from ending.
 
 use std::time::Duration;
 
@@ -94,6 +95,7 @@ impl crate::Connected for Worker {
                 Delivery::First | Delivery::Redelivery => {}
             }
             let derived = [format!("{seed}/a"), format!("{seed}/b")];
+            let _working = shared.working();
             let work = async {
                 let txn = Transaction::declare(&controller, None).await.context("declaring")?;
                 for id in &derived {
@@ -114,9 +116,11 @@ impl crate::Connected for Worker {
                 txn.commit().await.context("committing")
             };
             let outcome = tokio::select! {
-                outcome = timeout(REQUEST_TIMEOUT, work) => {
-                    outcome.context("the transaction timed out")?
-                }
+                outcome = timeout(REQUEST_TIMEOUT, work) => match outcome {
+                    Ok(outcome) => outcome,
+                    // No answer: a commit may still land, as when the connection is cut.
+                    Err(_elapsed) => bail!("{seed}: the transaction timed out (in doubt)"),
+                },
                 () = crate::closed(&link.connection) => {
                     bail!("the connection closed during a transaction")
                 }
@@ -130,8 +134,8 @@ impl crate::Connected for Worker {
                     }
                 }
                 Err(err) => {
-                    // A refused commit is definite; a transport failure is in doubt (the
-                    // connection is gone and the next loop turn finds out).
+                    // A refused send or commit is definite; a transport failure is in doubt
+                    // (the connection is gone and the next loop turn finds out).
                     if !link.connection.is_closed() {
                         shared.ledger().completion_refused(&seed);
                     }
