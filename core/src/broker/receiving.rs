@@ -18,7 +18,7 @@ use crate::address::EntityAddress;
 use crate::entity::EntityKind;
 use crate::error::{BrokerError, Result};
 use crate::message::{Disposition, ReceivedMessage};
-use crate::partition::Command;
+use crate::partition::{Command, PartitionHandle};
 use crate::receiver::Receiver;
 use crate::types::{
     LockToken, PartitionId, ReceiveMode, SequenceNumber, SubQueue, Timestamp, MAX_SEQUENCE_NUMBERS,
@@ -89,38 +89,52 @@ impl Broker {
     ) -> impl Future<Output = Vec<Result<()>>> + Send + 'static {
         let address = address.into();
         let count = items.len();
-        let mut outcomes: Vec<Result<()>> = Vec::with_capacity(count);
-        // Per partition: the items' places in `items`, and the request's answer.
-        let mut asked = Vec::new();
+        // Per partition: the items' places in `items` (`None`: all of them, in order), and the
+        // request's answer.
+        let mut asked: Vec<(Option<Vec<usize>>, _)> = Vec::new();
+        let mut failed = None;
         match self.entity(&address.entity) {
-            Err(error) => outcomes.extend(std::iter::repeat_n(Err(error), count)),
+            Err(error) => failed = Some(error),
             Ok(entity) => {
                 self.note_activity(&entity);
-                outcomes.extend(std::iter::repeat_n(Err(BrokerError::MessageLockLost), count));
-                let mut groups: Vec<SettleGroup> = Vec::new();
-                for (place, (token, disposition)) in items.into_iter().enumerate() {
-                    let partition = token.partition();
-                    match groups.iter_mut().find(|group| group.0 == partition) {
-                        Some(group) => {
-                            group.1.push(place);
-                            group.2.push((token, disposition));
-                        }
-                        None => groups.push((partition, vec![place], vec![(token, disposition)])),
-                    }
-                }
                 let queue = address.queue;
-                for (partition, places, items) in groups {
-                    // A token naming a partition the entity does not have stays "lock lost".
-                    if let Some(handle) = entity.partition(partition) {
-                        let answer =
-                            handle.ask(move |reply| Command::Settle { queue, items, reply });
-                        asked.push((places, answer));
+                let ask = |handle: &PartitionHandle, items| {
+                    handle.ask(move |reply| Command::Settle { queue, items, reply })
+                };
+                // A token naming a partition the entity does not have stays "lock lost".
+                let first = items.first().map(|(token, _)| token.partition());
+                if items.iter().all(|(token, _)| Some(token.partition()) == first) {
+                    // The usual case: one partition, asked without regrouping.
+                    if let Some(handle) = first.and_then(|p| entity.partition(p)) {
+                        asked.push((None, ask(handle, items)));
+                    }
+                } else {
+                    let mut groups: Vec<SettleGroup> = Vec::new();
+                    for (place, (token, disposition)) in items.into_iter().enumerate() {
+                        let partition = token.partition();
+                        match groups.iter_mut().find(|group| group.0 == partition) {
+                            Some(group) => {
+                                group.1.push(place);
+                                group.2.push((token, disposition));
+                            }
+                            None => {
+                                groups.push((partition, vec![place], vec![(token, disposition)]))
+                            }
+                        }
+                    }
+                    for (partition, places, items) in groups {
+                        if let Some(handle) = entity.partition(partition) {
+                            asked.push((Some(places), ask(handle, items)));
+                        }
                     }
                 }
             }
         }
         async move {
+            let error = failed.unwrap_or(BrokerError::MessageLockLost);
+            let mut outcomes: Vec<Result<()>> = std::iter::repeat_n(Err(error), count).collect();
             for (places, answer) in asked {
+                let places = places.unwrap_or_else(|| (0..count).collect());
                 match answer.await {
                     Ok(answers) => {
                         for (place, outcome) in places.into_iter().zip(answers) {

@@ -239,16 +239,26 @@ impl Connection {
     pub(super) fn start_settles(&mut self) {
         while !self.settles.is_empty() {
             let address = self.settles[0].address.clone();
-            let (same, rest): (Vec<Settle>, Vec<Settle>) =
-                self.settles.drain(..).partition(|s| s.address == address);
-            self.settles = rest;
+            // Usually a read's settlements are all on one entity and settled by the client.
+            let one_entity = self.settles.iter().all(|s| s.address == address);
+            if one_entity && self.settles.iter().all(|s| s.answer.echo.is_none()) {
+                // Nothing to echo, so the answers are not awaited (the requests are queued on
+                // their partitions already), and their arrival does not wake this loop.
+                let items = self.settles.drain(..).map(|s| (s.token, s.disposition)).collect();
+                drop(self.cx.broker.start_settle_many(address, items));
+                return;
+            }
+            let same: Vec<Settle> = if one_entity {
+                self.settles.drain(..).collect()
+            } else {
+                let (same, rest) = self.settles.drain(..).partition(|s| s.address == address);
+                self.settles = rest;
+                same
+            };
             let (items, answers): (Vec<_>, Vec<_>) =
                 same.into_iter().map(|s| ((s.token, s.disposition), s.answer)).unzip();
             let outcomes = self.cx.broker.start_settle_many(address, items);
             if answers.iter().all(|answer| answer.echo.is_none()) {
-                // Settled by the client: nothing to echo, so the answers are not awaited (the
-                // requests are queued on their partitions already), and their arrival does not
-                // wake this loop.
                 continue;
             }
             self.pending.push(Box::pin(async move {
