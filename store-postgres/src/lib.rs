@@ -71,6 +71,13 @@
 //! (30 s) is abandoned and its connection closed; an abandoned write counts as an unknown
 //! outcome.
 //!
+//! A write whose outcome is unknown may still commit: its backend may be waiting on a slow
+//! disk or a synchronous standby, its connection closed or not. So the store remembers that
+//! backend (pid and start time), and its next call of any kind first terminates it
+//! (`pg_terminate_backend`: a commit under way finishes, anything else rolls back) and waits
+//! until it is gone. What a caller reads after a failed write (a partition rebuilding) then
+//! shows that write's fate for good.
+//!
 //! # Limits
 //!
 //! [`Store::limits`] is finite ([`DEFAULT_LIMITS`]: 10,000 operations and guards, 64 MiB); a
@@ -83,11 +90,12 @@
 //! themselves ([`testing`], feature `testing`: Debian's `postgresql` package, run as an
 //! unprivileged user in a temporary directory); without it installed they fail and say how to
 //! install it. `tests/postgres_store.rs` adds what the suite cannot show: concurrent
-//! create-only guards, limits, a server that goes away and comes back.
+//! create-only guards, limits, a server that goes away and comes back, a commit that hangs,
+//! a store opened beside a transaction that writes its table.
 //!
 //! **Architecture Invariant:** a write is acknowledged only after PostgreSQL acknowledged its
 //! transaction's `COMMIT`; a batch is one transaction, its guards checked inside it under row
-//! locks. This crate depends on no workspace crate but `ironbus-core`; only the server (and
+//! locks; no call starts while the backend of a write whose outcome is unknown still runs. This crate depends on no workspace crate but `ironbus-core`; only the server (and
 //! later the cluster) names it.
 //!
 //! [`Store::get`]: ironbus_core::store::Store::get

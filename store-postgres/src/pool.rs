@@ -74,6 +74,33 @@ impl Statements {
 pub(crate) struct Conn {
     pub(crate) client: Client,
     pub(crate) statements: Statements,
+    pub(crate) backend: Backend,
+}
+
+/// The server process of a connection: its pid, and when it started in microseconds since the
+/// epoch (a pid alone may be taken again by a later process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Backend {
+    pub(crate) pid: i32,
+    pub(crate) started: i64,
+}
+
+/// `backend_start` of `pg_stat_activity` as [`Backend::started`].
+pub(crate) const BACKEND_STARTED: &str = "(extract(epoch FROM backend_start) * 1000000)::int8";
+
+impl Backend {
+    async fn of(client: &Client) -> Result<Self, tokio_postgres::Error> {
+        let row = client
+            .query_one(
+                &format!(
+                    "SELECT pid, {BACKEND_STARTED} FROM pg_stat_activity \
+                     WHERE pid = pg_backend_pid()"
+                ),
+                &[],
+            )
+            .await?;
+        Ok(Self { pid: row.try_get(0)?, started: row.try_get(1)? })
+    }
 }
 
 /// Opens a connection (tokio-postgres tries the configured hosts in order, honouring
@@ -123,7 +150,8 @@ impl Pool {
             None => {
                 let client = connect(&self.config).await?;
                 let statements = Statements::prepare(&client, &self.table).await?;
-                Conn { client, statements }
+                let backend = Backend::of(&client).await?;
+                Conn { client, statements, backend }
             }
         };
         Ok(Lease { pool: self, conn, _permit: permit })

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,7 +20,7 @@ use tokio_postgres::Config;
 use crate::error::{commit_is_ambiguous, describe, judge, store_error, Verdict};
 use crate::options::{PostgresOptions, Table};
 use crate::plan::Plan;
-use crate::pool::{connect, Conn, Pool};
+use crate::pool::{connect, Backend, Conn, Pool, BACKEND_STARTED};
 
 /// A [`Store`] on one PostgreSQL table (`key bytea primary key, value bytea`): one transaction
 /// per batch, a small pool of connections. See the crate docs for its promises.
@@ -33,6 +34,12 @@ pub struct PostgresStore {
     /// clears both).
     writes_down: AtomicBool,
     reads_down: AtomicBool,
+    /// The backends of write attempts whose outcome is unknown (abandoned after
+    /// `attempt_timeout`, or cut off during `COMMIT`): their transactions may still commit.
+    /// Every call first ends them ([`PostgresStore::settle_doubts`]); `doubtful` says whether
+    /// there are any without taking the lock.
+    in_doubt: Mutex<Vec<Backend>>,
+    doubtful: AtomicBool,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -73,6 +80,8 @@ impl PostgresStore {
             options,
             writes_down: AtomicBool::new(false),
             reads_down: AtomicBool::new(false),
+            in_doubt: Mutex::new(Vec::new()),
+            doubtful: AtomicBool::new(false),
         };
         if store.options.wait_for_writers {
             store.wait_for_writers().await?;
@@ -111,8 +120,77 @@ impl PostgresStore {
         self.table.name()
     }
 
+    /// Ends the backends of the writes whose outcome is unknown and returns once they are gone:
+    /// a transaction still committing has then committed or rolled back for good, so what the
+    /// caller reads next (a partition's rebuild after the failed write) shows its fate. Without
+    /// this a commit could land after that read, under keys the rebuild gave out again.
+    async fn settle_doubts(&self) -> Result<(), StoreError> {
+        let backends = self.in_doubt.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let started = Instant::now();
+        let mut reported = started;
+        loop {
+            let alive = tokio::time::timeout(self.options.attempt_timeout, self.end(&backends))
+                .await
+                .unwrap_or(Ok(usize::MAX));
+            match alive {
+                Ok(0) => break,
+                Ok(_) => {
+                    if reported.elapsed() >= WRITERS_WAIT {
+                        reported = Instant::now();
+                        tracing::warn!(
+                            table = self.table.name(),
+                            backends = ?backends.iter().map(|b| b.pid).collect::<Vec<_>>(),
+                            seconds = started.elapsed().as_secs(),
+                            "postgres: waiting for the backends of writes whose outcome is \
+                             unknown to end"
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(error) => {
+                    let error = StoreError::unavailable(format!(
+                        "postgres: cannot end the backends of writes whose outcome is unknown: \
+                         {}",
+                        describe(&error)
+                    ))
+                    .caused_by(error);
+                    return Err(self.down(false, error));
+                }
+            }
+        }
+        let mut in_doubt = self.in_doubt.lock().unwrap_or_else(PoisonError::into_inner);
+        in_doubt.retain(|backend| !backends.contains(backend));
+        self.doubtful.store(!in_doubt.is_empty(), Ordering::Release);
+        Ok(())
+    }
+
+    /// Asks each of `backends` still running to terminate (a transaction committing finishes
+    /// its commit first); returns how many were still running.
+    async fn end(&self, backends: &[Backend]) -> Result<usize, tokio_postgres::Error> {
+        let lease = self.pool.get().await?;
+        let pids: Vec<i32> = backends.iter().map(|b| b.pid).collect();
+        let starts: Vec<i64> = backends.iter().map(|b| b.started).collect();
+        let rows = lease
+            .conn
+            .client
+            .query(
+                &format!(
+                    "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a \
+                     JOIN unnest($1::int4[], $2::int8[]) AS d(pid, started) \
+                     ON a.pid = d.pid AND {BACKEND_STARTED} = d.started"
+                ),
+                &[&pids, &starts],
+            )
+            .await?;
+        lease.release();
+        Ok(rows.len())
+    }
+
     /// Runs `attempt` until it succeeds, fails for good, or `retry_for` has passed.
     async fn run<A: Attempt>(&self, attempt: &A) -> Result<A::Output, StoreError> {
+        if self.doubtful.load(Ordering::Acquire) {
+            self.settle_doubts().await?;
+        }
         let deadline = Instant::now() + self.options.retry_for;
         let mut backoff = Duration::from_millis(5);
         // An earlier attempt's COMMIT may have landed: a guard that fails now may have been
@@ -183,7 +261,22 @@ impl PostgresStore {
     /// One attempt on a pooled connection, handed back afterwards unless its state is unknown.
     async fn once<A: Attempt>(&self, attempt: &A) -> Result<A::Output, Failure> {
         let mut lease = self.pool.get().await?;
+        // Dropped unsettled (the attempt abandoned, or its outcome unknown), it records the
+        // backend as in doubt.
+        let mut doubt =
+            A::WRITES.then(|| Doubt { store: self, backend: lease.conn.backend, settled: false });
         let result = attempt.attempt(&mut lease.conn).await;
+        let definite = match &result {
+            Ok(_) | Err(Failure::Conflict(_)) => true,
+            Err(Failure::Postgres { error, committing: true }) => !commit_is_ambiguous(error),
+            // The server answered with an error: the transaction is rolled back.
+            Err(Failure::Postgres { error, committing: false }) => error.code().is_some(),
+            Err(Failure::TimedOut) => false,
+        };
+        if let Some(doubt) = doubt.as_mut() {
+            doubt.settled = definite;
+        }
+        drop(doubt);
         let reusable = match &result {
             Ok(_) | Err(Failure::Conflict(_)) => true,
             Err(Failure::Postgres { error, .. }) => {
@@ -361,6 +454,27 @@ impl Attempt for Scan<'_> {
     }
 }
 
+/// A write attempt under way: dropped before its outcome is `settled` (abandoned), or with an
+/// unknown outcome, it records its backend in [`PostgresStore::in_doubt`].
+struct Doubt<'a> {
+    store: &'a PostgresStore,
+    backend: Backend,
+    settled: bool,
+}
+
+impl Drop for Doubt<'_> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let mut in_doubt = self.store.in_doubt.lock().unwrap_or_else(PoisonError::into_inner);
+        if !in_doubt.contains(&self.backend) {
+            in_doubt.push(self.backend);
+        }
+        self.store.doubtful.store(true, Ordering::Release);
+    }
+}
+
 /// How long one attempt of [`PostgresStore::wait_for_writers`] waits for the table's lock.
 const WRITERS_WAIT: Duration = Duration::from_secs(5);
 
@@ -429,7 +543,7 @@ impl Attempt for Write {
     const WRITES: bool = true;
 
     async fn attempt<'c>(&'c self, conn: &'c mut Conn) -> Result<(), Failure> {
-        let Conn { client, statements: s } = conn;
+        let Conn { client, statements: s, .. } = conn;
         // Dropped before `commit`, the transaction rolls back.
         let tx = client.transaction().await?;
         for guard in &self.guards {

@@ -303,3 +303,43 @@ async fn opening_waits_for_transactions_still_writing_the_table() {
     assert_eq!(fenced.get(b"k2").await.unwrap(), None, "not committed yet");
     tx.rollback().await.unwrap();
 }
+
+/// A write whose `COMMIT` hangs (here: waiting for a synchronous standby that never connects)
+/// is abandoned and fails `Unavailable`, its outcome unknown. The store's next call first ends
+/// that write's backend, so a read after the failure shows the write's fate (committed
+/// locally), never a commit that lands after the read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_after_a_write_in_doubt_comes_after_its_fate() {
+    let server = PostgresServer::start();
+    let options = PostgresOptions {
+        retry_for: Duration::from_millis(300),
+        attempt_timeout: Duration::from_secs(1),
+        ..PostgresOptions::with_table("data")
+    };
+    let store = open_with(&server.url(), options).await;
+    let put = |value: &'static [u8]| {
+        let mut batch = WriteBatch::new();
+        batch.put(&b"k"[..], value);
+        batch
+    };
+    store.write(put(b"1")).await.unwrap();
+
+    server.psql("ALTER SYSTEM SET synchronous_standby_names = 'nobody'").unwrap();
+    server.psql("SELECT pg_reload_conf()").unwrap();
+    let other = client(&server.url()).await;
+    while other.query_one("SHOW synchronous_standby_names", &[]).await.unwrap().get::<_, &str>(0)
+        != "nobody"
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let err = store.write(put(b"2")).await.unwrap_err();
+    assert_eq!(err.kind, StoreErrorKind::Unavailable, "{err}");
+    let seen = other.query_one("SELECT value FROM data WHERE key = 'k'", &[]).await.unwrap();
+    assert_eq!(seen.get::<_, &[u8]>(0), b"1", "the commit still waits for the standby");
+
+    assert_eq!(store.get(b"k").await.unwrap(), Some(Bytes::from_static(b"2")));
+    let seen = other.query_one("SELECT value FROM data WHERE key = 'k'", &[]).await.unwrap();
+    assert_eq!(seen.get::<_, &[u8]>(0), b"2");
+    server.psql("ALTER SYSTEM RESET synchronous_standby_names").unwrap();
+    server.psql("SELECT pg_reload_conf()").unwrap();
+}
