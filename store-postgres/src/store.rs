@@ -129,9 +129,12 @@ impl PostgresStore {
         let started = Instant::now();
         let mut reported = started;
         loop {
-            let alive = tokio::time::timeout(self.options.attempt_timeout, self.end(&backends))
-                .await
-                .unwrap_or(Ok(usize::MAX));
+            let alive =
+                match tokio::time::timeout(self.options.attempt_timeout, self.end(&backends)).await
+                {
+                    Ok(alive) => alive.map_err(|error| describe(&error)),
+                    Err(_) => Err(format!("no answer within {:?}", self.options.attempt_timeout)),
+                };
             match alive {
                 Ok(0) => break,
                 Ok(_) => {
@@ -147,13 +150,16 @@ impl PostgresStore {
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
+                // Unreachable for now: tried again like any call, for `retry_for`.
+                Err(_) if started.elapsed() < self.options.retry_for => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
                 Err(error) => {
                     let error = StoreError::unavailable(format!(
-                        "postgres: cannot end the backends of writes whose outcome is unknown: \
-                         {}",
-                        describe(&error)
-                    ))
-                    .caused_by(error);
+                        "postgres: cannot end the backends of writes whose outcome is unknown \
+                         ({}): {error}",
+                        self.server
+                    ));
                     return Err(self.down(false, error));
                 }
             }
