@@ -12,7 +12,8 @@
 # `bench` and `bench-4x4`). Env: ROUNDS (5), MESSAGES (100000), OUT (side-by-side.jsonl),
 # PEERS (../shared/peers), TIMEOUT per run in seconds (60), PAUSE between runs (2),
 # CONFIGS ("P C MODE ACCEPT-BATCH" list, comma-separated), BROKERS ("rabbitmq memory rocksdb"),
-# CLIENT (the load generator's AMQP client for every broker: wire, its own lean one, or fe2o3).
+# CLIENT (the load generator's AMQP client for every broker: wire, its own lean one, or fe2o3),
+# CREDIT (each consumer's link credit, 100).
 #
 # REVS compares ironbus revisions with each other instead of brokers (a regression check):
 #
@@ -32,6 +33,7 @@ OUT="${OUT:-side-by-side.jsonl}"
 TIMEOUT="${TIMEOUT:-60}"
 PAUSE="${PAUSE:-2}"
 CLIENT="${CLIENT:-wire}"
+CREDIT="${CREDIT:-100}"
 REVS="${REVS:-}"
 WORK="$(mktemp -d)"
 RMQ_PORT="${RABBITMQ_BENCH_PORT:-5673}"
@@ -122,7 +124,7 @@ for round in $(seq "$ROUNDS"); do
       /usr/bin/time -f "%U %S" -o "$WORK/client.time" "$BENCH" --url "$URL" "${AUTH[@]}" \
         --address "$ADDRESS" --producers "$P" --consumers "$C" --mode "$MODE" \
         --accept-batch "$BATCH" --messages "$MESSAGES" --size 1024 --durable --window 100 \
-        --credit 100 --timeout "$TIMEOUT" --client "$CLIENT" > "$WORK/run.json" 2> "$WORK/run.err" || true
+        --credit "$CREDIT" --timeout "$TIMEOUT" --client "$CLIENT" > "$WORK/run.json" 2> "$WORK/run.err" || true
       AFTER="$(cpu_ticks "$PID")"
       python3 - "$round" "$broker" "$P" "$C" "$MODE" "$BATCH" "$LOAD" "$BEFORE" "$AFTER" \
           "$TICKS" "$WORK/client.time" "$WORK/run.json" >> "$OUT" <<'PY'
