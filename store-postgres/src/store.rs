@@ -54,7 +54,8 @@ impl fmt::Debug for PostgresStore {
 impl PostgresStore {
     /// Connects to the database of `connection` (a `postgresql://` URL or `key=value` pairs,
     /// as libpq takes them: several hosts, `target_session_attrs=read-write`, …), creates the
-    /// table if missing and returns the store. Retries for `options.retry_for`; a server that
+    /// table if missing and returns the store, with `options.wait_for_writers` only once no
+    /// transaction writes the table any more. Retries for `options.retry_for`; a server that
     /// cannot be reached is `Unavailable`, a connection string that does not parse or a bad
     /// table name `InvalidInput`, a refusal (a wrong password, no such database) `Other`.
     pub async fn connect(connection: &str, options: PostgresOptions) -> Result<Self, StoreError> {
