@@ -177,13 +177,11 @@ pub(crate) fn run(args: &[String]) -> Result<()> {
         eprintln!("xtask: server listening on {addr}; work directory {}", work.path.display());
 
         let driver_log = work.path.join("driver.log");
+        // Workers commit one seed at a time, and on PostgreSQL each commit waits out the delay:
+        // a slower pace, unless the caller's own `--rate` (after it) says otherwise.
         let mut driver_args = options.driver_args.clone();
-        if database.is_some()
-            && options.scenario == "transaction"
-            && !driver_args.iter().any(|arg| arg == "--rate")
-        {
-            // Workers commit one seed at a time, and each commit waits out the delay.
-            driver_args.extend(["--rate".to_owned(), "5".to_owned()]);
+        if database.is_some() && options.scenario == "transaction" {
+            driver_args.splice(0..0, ["--rate".to_owned(), "5".to_owned()]);
         }
         let mut driver = CrashDriver::start(
             driver_binary,

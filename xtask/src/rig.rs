@@ -138,10 +138,8 @@ impl CrashDriver {
             .args(match scenario {
                 "forward" => vec!["--receive-from", CHAIN[1]],
                 // One transaction per message and worker: producers at a pace workers keep up
-                // with, so that the drain ends in time (unless `extra` sets its own).
-                "transaction" if extra.iter().any(|arg| arg == "--rate") => {
-                    vec!["--transfer-to", OUT]
-                }
+                // with, so that the drain ends in time (a `--rate` in `extra` comes later and
+                // counts instead).
                 "transaction" => vec!["--transfer-to", OUT, "--rate", "25"],
                 _ => vec![],
             })

@@ -85,8 +85,9 @@ pub(crate) struct Options {
     #[arg(long, value_name = "ADDRESS")]
     pub transfer_to: Option<String>,
 
-    /// Messages per second each producer sends at most (0: as fast as acknowledgements come)
-    #[arg(long, default_value_t = 0)]
+    /// Messages per second each producer sends at most (0: as fast as acknowledgements come);
+    /// given twice, the last one counts
+    #[arg(long, default_value_t = 0, overrides_with = "rate")]
     pub rate: u32,
 
     /// Transactional workers (with `--transfer-to`)
@@ -691,6 +692,13 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(options.url, ["amqp://a:1", "amqp://b:2"]);
+    }
+
+    #[test]
+    fn the_last_rate_given_counts() {
+        let options =
+            Options::try_parse_from(["ironbus-crash", "--rate", "25", "--rate", "5"]).unwrap();
+        assert_eq!(options.rate, 5);
     }
 
     #[test]
